@@ -1,0 +1,87 @@
+from contextlib import contextmanager
+from typing import Any, Iterator, List, Optional, Tuple
+
+from dbt.adapters.contracts.connection import Connection, ConnectionState
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod
+from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark import session
+
+logger = AdapterLogger("FencedSpark")
+
+
+class SessionCursor(Cursor):
+    # dbt-spark's cursor runs on the process-wide session; ours runs on the connection's own.
+    def __init__(self, spark: Any) -> None:
+        super().__init__()
+        self._spark = spark
+
+    def execute(self, sql: str, *parameters: Any) -> None:
+        from pyspark.errors import PySparkException
+
+        if parameters:
+            sql = sql % parameters
+        try:
+            self._df = self._spark.sql(sql)
+        except PySparkException as exc:
+            raise DbtRuntimeError(str(exc)) from exc
+
+
+class SessionHandle:
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def cursor(self) -> SessionCursor:
+        return SessionCursor(self.spark)
+
+
+class FencedSessionConnectionWrapper(SessionConnectionWrapper):
+    handle: SessionHandle  # type: ignore[assignment]
+
+    def fetchall(self) -> Optional[List[Any]]:
+        # The session cursor already raises DbtRuntimeError; lazy queries fail here instead.
+        from pyspark.errors import PySparkException
+
+        try:
+            return super().fetchall()
+        except PySparkException as exc:
+            raise DbtRuntimeError(str(exc)) from exc
+
+
+class FencedSparkConnectionManager(SparkConnectionManager):
+    TYPE = "fenced_spark"
+
+    @classmethod
+    def open(cls, connection: Connection) -> Connection:
+        # Only `session` differs from dbt-spark: a Delta-configured JVM and a session per connection.
+        if connection.state == ConnectionState.OPEN:
+            return connection
+        creds = connection.credentials
+        if creds.method != SparkConnectionMethod.SESSION:
+            return super().open(connection)
+        connection.handle = FencedSessionConnectionWrapper(
+            SessionHandle(session.connection_session(creds))  # type: ignore[arg-type]
+        )
+        connection.state = ConnectionState.OPEN
+        return connection
+
+    @contextmanager
+    def single_attempt(self) -> Iterator[None]:
+        """A fenced write runs exactly once: dbt-spark's query_retries may not replay it."""
+        handle = self.get_thread_connection().handle
+        saved = getattr(handle, "query_retries", None)
+        if saved is not None:
+            handle.query_retries = 0
+        try:
+            yield
+        finally:
+            if saved is not None:
+                handle.query_retries = saved
+
+    def fetch_rows(self, sql: str) -> Tuple[List[str], List[Any]]:
+        """Raw rows with their column names; Delta's history has maps that agate would mangle."""
+        _, cursor = self.add_query(sql, auto_begin=False)
+        names = [column[0] for column in cursor.description]
+        return names, list(cursor.fetchall() or [])

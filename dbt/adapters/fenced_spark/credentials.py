@@ -1,0 +1,52 @@
+import os
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from dbt.adapters.spark.connections import SparkConnectionMethod, SparkCredentials
+
+# Maven Central serves delta-spark_4.1_2.13 up to 4.4.0 (4.4.1 exists on PyPI only);
+# the Python and JVM halves speak SQL to each other, so a patch skew is harmless.
+DEFAULT_DELTA_PACKAGE = "io.delta:delta-spark_4.1_2.13:4.4.0"
+
+
+def _default_jars_cache() -> str:
+    return os.environ.get(
+        "DBT_FENCED_SPARK_JARS_CACHE",
+        os.path.join(os.path.expanduser("~"), ".cache", "dbt-fenced-spark", "ivy"),
+    )
+
+
+@dataclass
+class FencedSparkCredentials(SparkCredentials):
+    # Embedded session only: root of the local lakehouse (warehouse, metastore, logs).
+    folder: Optional[str] = None
+    # Embedded session only: where Spark's Ivy keeps the resolved Delta jars.
+    jars_cache: Optional[str] = None
+    delta_package: str = DEFAULT_DELTA_PACKAGE
+
+    def __post_init__(self) -> None:
+        # The embedded session is the default: a profile may omit `method`.
+        if self.method is None:
+            self.method = SparkConnectionMethod.SESSION
+        # dbt-spark demands a host even for the session method; the embedded one has none.
+        if self.method == SparkConnectionMethod.SESSION and self.host is None:
+            self.host = "localhost"
+        if self.method == SparkConnectionMethod.SESSION:
+            self.folder = os.path.abspath(
+                os.path.expanduser(
+                    self.folder or os.environ.get("DBT_FENCED_SPARK_HOME") or ".fenced_spark"
+                )
+            )
+            self.jars_cache = os.path.abspath(
+                os.path.expanduser(self.jars_cache or _default_jars_cache())
+            )
+        super().__post_init__()
+
+    @property
+    def type(self) -> str:
+        return "fenced_spark"
+
+    def _connection_keys(self) -> Tuple[str, ...]:
+        if self.method == SparkConnectionMethod.SESSION:
+            return "method", "schema", "folder", "jars_cache", "delta_package"
+        return "method", *super()._connection_keys()

@@ -1,0 +1,89 @@
+"""The one error a fence failure raises, and the words it uses."""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import List, Optional
+
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.fence.history import Commit
+
+
+def first_lines(text: str, limit: int = 6) -> str:
+    """An engine error without its stack trace."""
+    kept = [line for line in text.splitlines() if not line.lstrip().startswith("at ")]
+    return "\n".join(kept[:limit])
+
+
+class Outcome(str, Enum):
+    COMMITTED = "committed"
+    NO_CHANGE = "no_change"
+    NEVER_WRITTEN = "never_written"
+    REVERTED = "written_and_reverted"
+    NOT_REVERTED = "written_not_reverted"
+
+
+@dataclass
+class FenceReport:
+    strategy: str
+    table: str
+    read_version: int
+    outcome: Outcome
+    landed: List[Commit] = field(default_factory=list)
+    our_version: Optional[int] = None
+    revert_version: Optional[int] = None
+    cause: Optional[str] = None
+    revert_error: Optional[str] = None
+
+    def what_happened(self) -> str:
+        if self.outcome == Outcome.NEVER_WRITTEN:
+            return "never written: the table is as the other writer(s) left it."
+        if self.outcome == Outcome.REVERTED:
+            return (
+                f"written as v{self.our_version}, then reverted by RESTORE "
+                f"(v{self.revert_version}): nothing of this run remains."
+            )
+        landed_after = self.revert_error or "another commit landed after it"
+        return (
+            f"written as v{self.our_version} and NOT reverted ({landed_after}). "
+            f"Inspect `DESCRIBE HISTORY {self.table}`; to undo this run's write, make sure "
+            f"nothing after v{self.our_version} needs keeping, then run "
+            f"`RESTORE TABLE {self.table} TO VERSION AS OF {(self.our_version or 1) - 1}`."
+        )
+
+    def message(self) -> str:
+        if self.landed:
+            landed = "\n".join(f"    - {c.describe()}" for c in self.landed)
+        else:
+            landed = "    - (no foreign commit is in the history; see the cause below)"
+        lines = [
+            f"Fenced {self.strategy} into {self.table} refused: the table changed after "
+            f"this run read it at version {self.read_version}.",
+            f"  read version (vB): {self.read_version}",
+            "  landed meanwhile:",
+            landed,
+            f"  this run's write: {self.what_happened()}",
+        ]
+        if self.cause:
+            lines.append(f"  detected by: {self.cause}")
+        if self.outcome == Outcome.NOT_REVERTED:
+            lines.append("  what to do: fix the table by hand as above, then re-run the model.")
+        else:
+            lines.append(
+                "  what to do: re-run the model; it recomputes from the new version. "
+                "To do that automatically, set `fence_retries: N` on the model."
+            )
+        return "\n".join(lines)
+
+
+class FenceViolation(DbtRuntimeError):
+    CODE = 10100
+    MESSAGE = "Fence violation"
+
+    def __init__(self, report: FenceReport) -> None:
+        self.report = report
+        super().__init__(report.message())
+
+    @property
+    def type(self) -> str:
+        return "Fence violation"

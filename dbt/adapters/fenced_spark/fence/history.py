@@ -1,0 +1,136 @@
+"""Delta history rows, and the userMetadata tag that marks a fenced commit as ours."""
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+TAG_KEY = "dbt_fenced_spark"
+
+
+@dataclass(frozen=True)
+class FenceTag:
+    invocation_id: str
+    node: str
+    strategy: str
+    read_version: int
+    attempt: int = 1
+    step: str = "write"
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                TAG_KEY: 1,
+                "invocation_id": self.invocation_id,
+                "node": self.node,
+                "strategy": self.strategy,
+                "read_version": self.read_version,
+                "attempt": self.attempt,
+                "step": self.step,
+            },
+            ensure_ascii=True,
+            separators=(",", ":"),
+        )
+
+    def same_run(self, other: Optional["FenceTag"]) -> bool:
+        return (
+            other is not None
+            and other.invocation_id == self.invocation_id
+            and other.node == self.node
+            and other.attempt == self.attempt
+        )
+
+    @classmethod
+    def parse(cls, user_metadata: Optional[str]) -> Optional["FenceTag"]:
+        if not user_metadata:
+            return None
+        try:
+            data = json.loads(user_metadata)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or TAG_KEY not in data:
+            return None
+        try:
+            return cls(
+                invocation_id=str(data["invocation_id"]),
+                node=str(data["node"]),
+                strategy=str(data["strategy"]),
+                read_version=int(data["read_version"]),
+                attempt=int(data.get("attempt", 1)),
+                step=str(data.get("step", "write")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    operation: str
+    read_version: Optional[int]
+    user_metadata: Optional[str]
+    user_name: Optional[str] = None
+    engine_info: Optional[str] = None
+    timestamp: Optional[str] = None
+    metrics: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> Optional[FenceTag]:
+        return FenceTag.parse(self.user_metadata)
+
+    @property
+    def writer(self) -> str:
+        tag = self.tag
+        if tag is not None:
+            return f"dbt-fenced-spark {tag.node} (invocation {tag.invocation_id})"
+        who = self.user_name or "an unnamed writer"
+        return f"{who} via {self.engine_info}" if self.engine_info else who
+
+    def describe(self) -> str:
+        when = f" at {self.timestamp}" if self.timestamp else ""
+        return f"v{self.version} {self.operation} by {self.writer}{when}"
+
+
+def _as_map(value: Any) -> Dict[str, str]:
+    # The session returns a dict; the Thrift server a JSON text.
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    try:
+        data = json.loads(value)
+    except (TypeError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _as_int(value: Any) -> Optional[int]:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+def _as_text(value: Any) -> Optional[str]:
+    return None if value is None or value == "" else str(value)
+
+
+def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> List[Commit]:
+    """Commits from `DESCRIBE HISTORY` rows, oldest first."""
+    index = {name: i for i, name in enumerate(columns)}
+
+    def get(row: Sequence[Any], name: str) -> Any:
+        return row[index[name]] if name in index else None
+
+    commits = [
+        Commit(
+            version=int(get(row, "version")),
+            operation=str(get(row, "operation")),
+            read_version=_as_int(get(row, "readVersion")),
+            user_metadata=_as_text(get(row, "userMetadata")),
+            user_name=_as_text(get(row, "userName")),
+            engine_info=_as_text(get(row, "engineInfo")),
+            timestamp=_as_text(get(row, "timestamp")),
+            metrics=_as_map(get(row, "operationMetrics")),
+        )
+        for row in rows
+    ]
+    return sorted(commits, key=lambda c: c.version)

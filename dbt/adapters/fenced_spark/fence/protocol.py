@@ -1,0 +1,260 @@
+"""The fence steps that run after the model's SQL is staged: pre-check, tagged write,
+verify, revert. Every step is plain SQL, so it works over any connection method."""
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
+
+from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
+HISTORY_PAGE = 16
+
+# Delta's commit conflicts. PySpark maps none of them to a class, so match the text.
+_CONFLICT = re.compile(
+    r"Concurrent(Append|DeleteRead|DeleteDelete|Transaction|Write)Exception"
+    r"|MetadataChangedException|ProtocolChangedException"
+    r"|DELTA_CONCURRENT_\w+|DELTA_MAX_COMMIT_RETRIES_EXCEEDED"
+    r"|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
+)
+
+
+def conflict_name(error: BaseException) -> Optional[str]:
+    match = _CONFLICT.search(str(error))
+    return match.group(0) if match else None
+
+
+def set_conf_sql(key: str, value: str) -> str:
+    # Backquotes let the value hold `;` and `=`; a backquote inside is doubled.
+    quoted = value.replace("`", "``")
+    return f"SET {key}=`{quoted}`"
+
+
+class SqlRunner(Protocol):
+    def execute(self, sql: str) -> None: ...
+
+    def history(self, table: str, limit: int) -> List[Commit]: ...
+
+
+@dataclass(frozen=True)
+class FenceState:
+    """What the materialization knows about this model's fence, passed between steps."""
+
+    table: str
+    display: str
+    strategy: str
+    read_version: int
+    expected_version: int
+    invocation_id: str
+    node: str
+    attempt: int = 1
+
+    @property
+    def strict(self) -> bool:
+        return self.strategy != "merge"
+
+    def tag(self, step: str) -> FenceTag:
+        return FenceTag(
+            self.invocation_id, self.node, self.strategy, self.read_version, self.attempt, step
+        )
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "FenceState":
+        return cls(
+            table=str(data["table"]),
+            display=str(data.get("display", data["table"])),
+            strategy=str(data["strategy"]),
+            read_version=int(data["read_version"]),
+            expected_version=int(data.get("expected_version", data["read_version"])),
+            invocation_id=str(data["invocation_id"]),
+            node=str(data["node"]),
+            attempt=int(data.get("attempt", 1)),
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class FenceResult:
+    read_version: int
+    commit_version: Optional[int]
+    outcome: Outcome
+
+
+class Fence:
+    def __init__(self, runner: SqlRunner, single_attempt: Callable[[], Any]) -> None:
+        self.runner = runner
+        self.single_attempt = single_attempt
+
+    def latest_version(self, table: str) -> int:
+        return self.runner.history(table, 1)[-1].version
+
+    def commits_since(self, table: str, version: int) -> List[Commit]:
+        """Commits after `version`, oldest first; reads only the log's tail."""
+        limit = HISTORY_PAGE
+        while True:
+            commits = self.runner.history(table, limit)
+            if len(commits) < limit or commits[0].version <= version + 1:
+                return [c for c in commits if c.version > version]
+            limit *= 4
+
+    @contextmanager
+    def tagged(self, state: FenceState, step: str) -> Iterator[None]:
+        """The conf that tags our commit is set only around our own statements."""
+        self.runner.execute(set_conf_sql(USER_METADATA, state.tag(step).to_json()))
+        if state.strict:
+            self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
+        try:
+            yield
+        finally:
+            self.runner.execute(f"RESET {USER_METADATA}")
+            if state.strict:
+                self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
+
+    def foreign(self, state: FenceState, commits: List[Commit]) -> List[Commit]:
+        own = state.tag("any")
+        return [c for c in commits if not own.same_run(c.tag)]
+
+    def precheck(self, state: FenceState) -> None:
+        latest = self.latest_version(state.table)
+        if latest == state.expected_version:
+            return
+        landed = self.foreign(state, self.commits_since(state.table, state.read_version))
+        self._fail(
+            state,
+            Outcome.NEVER_WRITTEN,
+            landed,
+            cause=f"pre-check: expected v{state.expected_version}, found v{latest}",
+        )
+
+    def after_schema_change(self, state: FenceState) -> FenceState:
+        """Our ALTERs ran strict; they must be the only commits since vB, in a row."""
+        commits = self.commits_since(state.table, state.read_version)
+        expected = state.read_version
+        for commit in commits:
+            if commit.tag is None or not state.tag("schema_change").same_run(commit.tag):
+                break
+            if commit.read_version != expected:
+                break
+            expected = commit.version
+        else:
+            return replace(state, expected_version=expected)
+        ours = [c for c in commits if not self.foreign(state, [c])]
+        self._fail_after_commit(state, ours[-1] if ours else None, commits, "schema change")
+        raise AssertionError("unreachable")
+
+    def write(self, state: FenceState, sql: str) -> FenceResult:
+        self.precheck(state)
+        conflict: Optional[BaseException] = None
+        with self.tagged(state, "write"), self.single_attempt():
+            try:
+                self.runner.execute(sql)
+            except Exception as exc:
+                if conflict_name(exc) is None:
+                    raise
+                conflict = exc
+        commits = self.commits_since(state.table, state.read_version)
+        ours = [
+            c
+            for c in commits
+            if c.tag is not None and state.tag("write").same_run(c.tag) and c.tag.step == "write"
+        ]
+        if not ours:
+            if conflict is not None:
+                self._fail(
+                    state,
+                    Outcome.NEVER_WRITTEN,
+                    self.foreign(state, commits),
+                    cause=f"Delta's conflict detection during the write ({conflict_name(conflict)})",
+                )
+            # An unchanged table makes no commit: nothing to verify, nothing lost.
+            return FenceResult(state.read_version, None, Outcome.NO_CHANGE)
+        our = ours[-1]
+        if state.strict:
+            ok = our.version == state.expected_version + 1
+        else:
+            ok = our.read_version == state.expected_version
+        if ok:
+            return FenceResult(state.read_version, our.version, Outcome.COMMITTED)
+        self._fail_after_commit(state, our, commits, "post-write verification")
+        raise AssertionError("unreachable")
+
+    def _fail_after_commit(
+        self, state: FenceState, our: Optional[Commit], commits: List[Commit], check: str
+    ) -> None:
+        landed = self.foreign(state, commits)
+        if state.strict:
+            expectation = f"our commit to be v{state.expected_version + 1}"
+        else:
+            expectation = f"our commit to read v{state.expected_version}"
+        found = f"v{our.version} read v{our.read_version}" if our else "no commit of ours"
+        cause = f"{check}: expected {expectation}, found {found}"
+        if our is None:
+            self._fail(state, Outcome.NEVER_WRITTEN, landed, cause=cause)
+        # Everything of ours since vB goes: restore to just before our first commit.
+        first_ours = min(
+            c.version for c in commits if c.tag is not None and state.tag("x").same_run(c.tag)
+        )
+        latest = self.latest_version(state.table)
+        if latest != our.version:
+            self._fail(
+                state,
+                Outcome.NOT_REVERTED,
+                landed,
+                cause=cause,
+                our_version=our.version,
+                revert_error=f"v{latest} landed after it, so a RESTORE would undo that too",
+            )
+        try:
+            with self.tagged(state, "revert"):
+                self.runner.execute(
+                    f"RESTORE TABLE {state.table} TO VERSION AS OF {first_ours - 1}"
+                )
+        except Exception as exc:
+            self._fail(
+                state,
+                Outcome.NOT_REVERTED,
+                landed,
+                cause=cause,
+                our_version=our.version,
+                revert_error=f"the RESTORE failed: {str(exc).splitlines()[0][:300]}",
+            )
+        restores = [
+            c
+            for c in self.commits_since(state.table, our.version)
+            if c.tag is not None and state.tag("revert").same_run(c.tag) and c.tag.step == "revert"
+        ]
+        if not restores or restores[-1].read_version != our.version:
+            self._fail(
+                state,
+                Outcome.NOT_REVERTED,
+                landed,
+                cause=cause,
+                our_version=our.version,
+                revert_error="the RESTORE did not start from our commit; a commit that "
+                "landed just before it may have been rolled back as well",
+            )
+        self._fail(
+            state,
+            Outcome.REVERTED,
+            landed,
+            cause=cause,
+            our_version=our.version,
+            revert_version=restores[-1].version,
+        )
+
+    def _fail(self, state: FenceState, outcome: Outcome, landed: List[Commit], **kw: Any) -> None:
+        raise FenceViolation(
+            FenceReport(
+                strategy=state.strategy,
+                table=state.display,
+                read_version=state.read_version,
+                outcome=outcome,
+                landed=landed,
+                **kw,
+            )
+        )

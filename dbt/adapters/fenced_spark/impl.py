@@ -1,0 +1,182 @@
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from dbt.adapters.base import available
+from dbt.adapters.base.impl import AdapterTrackingRelationInfo
+from dbt.adapters.contracts.connection import AdapterResponse
+from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome, first_lines
+from dbt.adapters.fenced_spark.fence.history import Commit, parse_history
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, conflict_name
+from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
+from dbt.adapters.fenced_spark.relation import FencedSparkRelation
+
+logger = AdapterLogger("FencedSpark")
+
+
+class FencedSparkConfig(SparkConfig):
+    file_format: str = "delta"
+    fenced: Optional[bool] = None
+    fence_retries: Optional[int] = None
+
+
+@dataclass
+class FencedAdapterResponse(AdapterResponse):
+    read_version: Optional[int] = None
+    commit_version: Optional[int] = None
+    fence_outcome: Optional[str] = None
+
+
+class FenceSql:
+    """The fence's SQL runner: its statements and history reads on the model's connection."""
+
+    def __init__(self, connections: FencedSparkConnectionManager) -> None:
+        self.connections = connections
+
+    def execute(self, sql: str) -> None:
+        self.connections.add_query(sql, auto_begin=False)
+
+    def history(self, table: str, limit: int) -> List[Commit]:
+        names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
+        return parse_history(names, rows)
+
+
+class FencedSparkAdapter(SparkAdapter):
+    Relation = FencedSparkRelation  # type: ignore[assignment]
+    ConnectionManager = FencedSparkConnectionManager
+    AdapterSpecificConfigs = FencedSparkConfig
+    connections: FencedSparkConnectionManager
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._steps = threading.local()
+
+    @classmethod
+    def type(cls) -> str:
+        return "fenced_spark"
+
+    @classmethod
+    def get_adapter_run_info(cls, config: Any) -> AdapterTrackingRelationInfo:
+        # dbt derives the module from the class name ("fencedspark"), which does not exist.
+        from dbt.adapters.__about__ import version as base_version
+
+        from dbt.adapters.fenced_spark.__version__ import version
+
+        return AdapterTrackingRelationInfo(
+            adapter_name="fenced_spark",
+            base_adapter_version=base_version,
+            adapter_version=version,
+            model_adapter_details=cls._get_adapter_specific_run_info(config),
+        )
+
+    def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
+        # dbt never applies AdapterSpecificConfigs defaults, so delta is made the default here,
+        # once, for every materialization that reads file_format.
+        node = getattr(config, "model", None)
+        if node is not None and node.config.get("file_format") is None:
+            node.config["file_format"] = "delta"
+        return super().pre_model_hook(config)
+
+    def debug_query(self) -> None:
+        # `dbt debug` is where users check what they run on: report Spark's and Delta's versions.
+        _, table = self.execute(
+            "select version() as spark, reflect('io.delta.package', 'VERSION') as delta",
+            fetch=True,
+        )
+        spark, delta = table.rows[0]
+        logger.info(f"Spark {str(spark).split()[0]}, Delta Lake {delta}")
+
+    def _fence(self) -> Fence:
+        return Fence(FenceSql(self.connections), self.connections.single_attempt)
+
+    def execute(  # type: ignore[override]
+        self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: Optional[int] = None
+    ) -> Tuple[AdapterResponse, Any]:
+        # Inside a fenced step (the schema change), a Delta conflict becomes a fence
+        # violation and the step's confs never outlive a failed statement.
+        step: Optional[FenceState] = getattr(self._steps, "state", None)
+        if step is None:
+            return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+        try:
+            return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+        except Exception as exc:
+            self._end_step()
+            if conflict_name(exc) is None:
+                raise
+            self._fence().precheck(step)
+            raise
+
+    # Fence steps, called by the incremental materialization -------------------------------
+
+    @available
+    def fence_capture(self, relation: FencedSparkRelation) -> int:
+        return self._fence().latest_version(relation.fence_name)
+
+    @available
+    def fence_pin_reads(self, sql: str, relation: FencedSparkRelation, version: int) -> str:
+        return pin_self_reads(sql, str(relation.schema), str(relation.identifier), int(version))
+
+    @available
+    def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
+        return reads_self(sql, str(relation.schema), str(relation.identifier))
+
+    @available
+    def fence_schema_change_begin(self, fence: Dict[str, Any]) -> str:
+        state = FenceState.from_dict(fence)
+        guard = self._fence()
+        guard.precheck(state)
+        guard.tagged(state, "schema_change").__enter__()
+        self._steps.state = state
+        return ""
+
+    @available
+    def fence_schema_change_end(self) -> Dict[str, Any]:
+        state = self._end_step()
+        return self._fence().after_schema_change(state).to_dict()
+
+    def _end_step(self) -> FenceState:
+        state: FenceState = self._steps.state
+        self._steps.state = None
+        self._fence().tagged(state, "schema_change").__exit__(None, None, None)
+        return state
+
+    @available
+    def fence_write(
+        self, sql: str, fence: Dict[str, Any], staging: FencedSparkRelation
+    ) -> FencedAdapterResponse:
+        state = FenceState.from_dict(fence)
+        try:
+            result = self._fence().write(state, sql)
+        except FenceViolation:
+            raise
+        except DbtRuntimeError as exc:
+            # Delta's own refusal (duplicate source keys, a bad predicate): say which model,
+            # and keep Delta's words without the JVM's stack.
+            raise DbtRuntimeError(
+                f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
+                f"was written. Delta said:\n{first_lines(str(exc))}"
+            ) from exc
+        finally:
+            # Temp views live as long as the connection; this one must not outlive the run.
+            FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+        if result.outcome == Outcome.COMMITTED:
+            logger.info(
+                f"fenced {state.strategy} into {state.display}: "
+                f"read v{state.read_version} -> committed v{result.commit_version}"
+            )
+        else:
+            logger.info(
+                f"fenced {state.strategy} into {state.display}: "
+                f"read v{state.read_version}, no change, nothing committed"
+            )
+        return FencedAdapterResponse(
+            _message=f"{state.strategy.upper()} {result.outcome.value}",
+            read_version=result.read_version,
+            commit_version=result.commit_version,
+            fence_outcome=result.outcome.value,
+        )

@@ -1,0 +1,10 @@
+{% materialization incremental, adapter='fenced_spark', supported_languages=['sql'] -%}
+  {%- set settings = fence_validate_config() -%}
+  {%- set existing_relation = load_relation(this) -%}
+  {%- if not settings.fenced or existing_relation is none or should_full_refresh() -%}
+    {#-- first run, full refresh, fenced: false or an unfenced strategy: dbt-spark as is --#}
+    {{ return(materialization_incremental_spark()) }}
+  {%- endif -%}
+  {%- do fence_validate_target(existing_relation) -%}
+  {{ return(fenced_incremental(existing_relation, settings)) }}
+{%- endmaterialization %}
