@@ -130,7 +130,7 @@ class FencedSparkAdapter(SparkAdapter):
         state = FenceState.from_dict(fence)
         guard = self._fence()
         guard.precheck(state)
-        guard.tagged(state, "schema_change").__enter__()
+        guard.tag_on(state, "schema_change")
         self._steps.state = state
         return ""
 
@@ -142,7 +142,7 @@ class FencedSparkAdapter(SparkAdapter):
     def _end_step(self) -> FenceState:
         state: FenceState = self._steps.state
         self._steps.state = None
-        self._fence().tagged(state, "schema_change").__exit__(None, None, None)
+        self._fence().tag_off(state)
         return state
 
     @available

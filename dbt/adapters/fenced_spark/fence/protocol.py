@@ -102,18 +102,24 @@ class Fence:
                 return [c for c in commits if c.version > version]
             limit *= 4
 
-    @contextmanager
-    def tagged(self, state: FenceState, step: str) -> Iterator[None]:
-        """The conf that tags our commit is set only around our own statements."""
+    def tag_on(self, state: FenceState, step: str) -> None:
         self.runner.execute(set_conf_sql(USER_METADATA, state.tag(step).to_json()))
         if state.strict:
             self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
+
+    def tag_off(self, state: FenceState) -> None:
+        self.runner.execute(f"RESET {USER_METADATA}")
+        if state.strict:
+            self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
+
+    @contextmanager
+    def tagged(self, state: FenceState, step: str) -> Iterator[None]:
+        """The conf that tags our commit is set only around our own statements."""
+        self.tag_on(state, step)
         try:
             yield
         finally:
-            self.runner.execute(f"RESET {USER_METADATA}")
-            if state.strict:
-                self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
+            self.tag_off(state)
 
     def foreign(self, state: FenceState, commits: List[Commit]) -> List[Commit]:
         own = state.tag("any")

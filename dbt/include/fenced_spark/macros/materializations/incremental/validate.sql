@@ -23,17 +23,14 @@
     Model {{ model_name }}: `fenced` must be true or false, got {{ fenced_config | tojson }}.
   {%- endset %}
   {% set non_delta_msg -%}
-    Model {{ model_name }}: strategy '{{ raw_strategy }}' is fenced and needs a Delta table, but
-    `file_format` is '{{ file_format }}'. Remove `file_format` (delta is the default) or set it to
-    'delta'; to run this model unfenced on another format, set `fenced: false`.
+    Model {{ model_name }}: strategy '{{ raw_strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
+    Remove `file_format` (delta is the default) or set it to 'delta'; to run this model unfenced on another format, set `fenced: false`.
   {%- endset %}
   {% set missing_key_msg -%}
-    Model {{ model_name }}: the merge strategy needs `unique_key` (a column name or a list of
-    column names) to match source rows to target rows.
+    Model {{ model_name }}: the merge strategy needs `unique_key` (a column name or a list of column names) to match source rows to target rows.
   {%- endset %}
   {% set invalid_predicates_msg -%}
-    Model {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL
-    strings, got {{ predicates | tojson }}.
+    Model {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL strings, got {{ predicates | tojson }}.
   {%- endset %}
 
   {%- if raw_strategy not in strategies -%}
@@ -75,13 +72,12 @@
 {% macro fence_validate_target(existing_relation) %}
   {%- set model_name = this.render() -%}
   {% set view_msg -%}
-    Model {{ model_name }}: the target exists as a view, not a Delta table, so it cannot be
-    fenced. Run once with --full-refresh to replace it with a table, or set `fenced: false`.
+    Model {{ model_name }}: the target exists as a view, not a Delta table, so it cannot be fenced.
+    Run once with --full-refresh to replace it with a table, or set `fenced: false`.
   {%- endset %}
   {% set non_delta_msg -%}
-    Model {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced
-    (`file_format` is delta). Run once with --full-refresh to rebuild it as Delta, or set
-    `fenced: false`.
+    Model {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced (`file_format` is delta).
+    Run once with --full-refresh to rebuild it as Delta, or set `fenced: false`.
   {%- endset %}
   {%- if existing_relation.is_view -%}
     {% do exceptions.raise_compiler_error(view_msg) %}

@@ -1,0 +1,90 @@
+"""Reading a Delta table's truth, and writing to it as somebody else."""
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+
+@dataclass
+class HistoryEntry:
+    version: int
+    operation: str
+    read_version: Optional[int]
+    tag: Optional[Dict[str, Any]]
+    user_metadata: Optional[str]
+
+
+def history(spark, table: str) -> List[HistoryEntry]:
+    rows = spark.sql(f"DESCRIBE HISTORY {table}").collect()
+    entries = []
+    for row in rows:
+        tag = None
+        if row.userMetadata:
+            try:
+                tag = json.loads(row.userMetadata)
+            except ValueError:
+                tag = None
+        entries.append(
+            HistoryEntry(row.version, row.operation, row.readVersion, tag, row.userMetadata)
+        )
+    return sorted(entries, key=lambda e: e.version)
+
+
+def ours(entries: List[HistoryEntry], step: str = "write") -> List[HistoryEntry]:
+    return [e for e in entries if e.tag and e.tag.get("step") == step]
+
+
+def rows(spark, sql: str) -> List[tuple]:
+    return [tuple(r) for r in spark.sql(sql).collect()]
+
+
+class ForeignWriter:
+    """Another writer in the same JVM: its own SparkSession, optionally its own thread."""
+
+    def __init__(self, spark) -> None:
+        self.session = spark.newSession()
+        self.error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def sql(self, statement: str) -> None:
+        self.session.sql(statement)
+
+    def when(self, condition: Callable[[], bool], statement: str, timeout: float = 120) -> None:
+        """Run `statement` in a thread as soon as `condition()` holds."""
+
+        def run() -> None:
+            deadline = time.monotonic() + timeout
+            try:
+                while not condition():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"condition never held for: {statement}")
+                    time.sleep(0.05)
+                self.session.sql(statement)
+            except BaseException as exc:  # reported by join()
+                self.error = exc
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        assert self._thread is not None
+        self._thread.join(timeout=180)
+        if self.error is not None:
+            raise self.error
+
+
+def long_spark_job(spark, seconds: float = 1.0) -> Callable[[], bool]:
+    """True once some Spark job has been running for `seconds`: the slowed-down write."""
+    tracker = spark.sparkContext.statusTracker()
+    first_seen: Dict[int, float] = {}
+
+    def check() -> bool:
+        now = time.monotonic()
+        active = set(tracker.getActiveJobsIds())
+        for job in active:
+            first_seen.setdefault(job, now)
+        return any(now - first_seen[job] >= seconds for job in active)
+
+    return check

@@ -1,0 +1,139 @@
+"""The fenced merge beyond the race matrix: threads, schema changes, the revert path."""
+
+import json
+
+import pytest
+from dbt.tests.util import run_dbt
+
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.impl import FenceSql
+from tests.conftest import session_target
+from tests.functional.lakehouse import ForeignWriter, history, ours, rows
+
+UPSERT = """
+{{{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}}}
+select id, '{name}' as model_name, {{{{ var('round', 0) }}}} as round from range(1, 4)
+"""
+
+GROWING = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          on_schema_change='append_new_columns') }}
+select id, 'v' as val {% if var('grow', false) %}, 'new' as extra {% endif %} from range(1, 3)
+"""
+
+
+class TestFourThreads:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {f"m{i}.sql": UPSERT.format(name=f"m{i}") for i in range(1, 7)}
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, lakehouse, jars_cache, spark):
+        return {**session_target(lakehouse, jars_cache), "threads": 4}
+
+    def test_every_commit_names_its_own_model(self, project, spark):
+        run_dbt(["run"])
+        results = run_dbt(["run", "--vars", json.dumps({"round": 1})])
+        assert len(results.results) == 6
+        for i in range(1, 7):
+            table = f"{project.test_schema}.m{i}"
+            merges = ours(history(spark, table))
+            assert len(merges) == 1
+            assert merges[0].tag["node"] == f"model.test.m{i}"
+            assert rows(spark, f"select distinct model_name, round from {table}") == [(f"m{i}", 1)]
+
+
+class TestFencedSchemaChange:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"growing.sql": GROWING}
+
+    def test_alter_is_tagged_and_the_merge_continues_from_it(self, project, spark):
+        table = f"{project.test_schema}.growing"
+        run_dbt(["run"])
+        vb = history(spark, table)[-1].version
+        run_dbt(["run", "--vars", json.dumps({"grow": True})])
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["ADD COLUMNS", "MERGE"]
+        alter, merge = after
+        assert alter.tag["step"] == "schema_change" and alter.read_version == vb
+        assert merge.tag["step"] == "write" and merge.read_version == alter.version
+        assert rows(spark, f"select id, val, extra from {table} order by id") == [
+            (1, "v", "new"), (2, "v", "new")
+        ]
+
+
+class TestRevertAfterCommit:
+    """The gap between the pre-check and the MERGE's own snapshot, made deterministic:
+    the foreign commit lands just before our MERGE statement starts."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"target.sql": "{{ config(materialized='table') }} select 1 as id, 'a' as v"}
+
+    class RaceBeforeWrite(FenceSql):
+        def __init__(self, connections, foreign_sql, also_after=None):
+            super().__init__(connections)
+            self.foreign_sql = foreign_sql
+            self.also_after = also_after
+            self.writer = None
+
+        def execute(self, sql):
+            if sql.lstrip().lower().startswith("merge") and self.foreign_sql:
+                self.writer.sql(self.foreign_sql)
+                self.foreign_sql = None
+                super().execute(sql)
+                if self.also_after:
+                    self.writer.sql(self.also_after)
+                return
+            super().execute(sql)
+
+    def fence(self, project, spark, foreign_sql, also_after=None):
+        runner = self.RaceBeforeWrite(project.adapter.connections, foreign_sql, also_after)
+        runner.writer = ForeignWriter(spark)
+        return Fence(runner, project.adapter.connections.single_attempt)
+
+    def state(self, project, vb):
+        table = f"{project.test_schema}.target"
+        return FenceState(table, table, "merge", vb, vb, "inv-test", "model.test.target")
+
+    def merge_sql(self, table):
+        return (f"merge into {table} t using (select 1 as id, 'ours' as v) s on s.id = t.id "
+                "when matched then update set * when not matched then insert *")
+
+    def test_violation_after_commit_is_reverted(self, project, spark):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.target"
+        vb = history(spark, table)[-1].version
+        fence = self.fence(project, spark, f"update {table} set v = 'foreign'")
+        with project.adapter.connection_named("revert"):
+            with pytest.raises(FenceViolation) as raised:
+                fence.write(self.state(project, vb), self.merge_sql(table))
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "RESTORE"]
+        assert after[1].read_version == vb + 1  # our MERGE started after the foreign commit
+        assert after[2].tag["step"] == "revert" and after[2].read_version == after[1].version
+        report = raised.value.report
+        assert report.outcome == Outcome.REVERTED and report.revert_version == after[2].version
+        assert "then reverted by RESTORE" in str(raised.value)
+        assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
+
+    def test_violation_with_a_later_commit_is_not_reverted_and_says_so(self, project, spark):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.target"
+        vb = history(spark, table)[-1].version
+        fence = self.fence(
+            project, spark, f"update {table} set v = 'foreign'",
+            also_after=f"insert into {table} values (2, 'later')",
+        )
+        with project.adapter.connection_named("revert"):
+            with pytest.raises(FenceViolation) as raised:
+                fence.write(self.state(project, vb), self.merge_sql(table))
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE"]
+        assert raised.value.report.outcome == Outcome.NOT_REVERTED
+        message = str(raised.value)
+        assert f"written as v{vb + 2} and NOT reverted" in message
+        assert f"RESTORE TABLE {table} TO VERSION AS OF {vb + 1}" in message
+        assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (2, "later")]

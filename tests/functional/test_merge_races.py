@@ -1,0 +1,166 @@
+"""The merge race matrix on real Spark + Delta, and the stock dbt-spark control.
+
+The model upserts a batch of orders. A foreign writer (its own SparkSession) sets order 1
+to 'cancelled' at three moments. Each test first proves from DESCRIBE HISTORY that the
+foreign commit landed where intended, then judges the outcome from contents and history.
+"""
+
+import json
+
+import pytest
+from dbt.tests.util import run_dbt
+
+from tests.conftest import stock_spark_target
+from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
+
+ORDERS = """
+{{ config(
+    materialized='incremental',
+    incremental_strategy='merge',
+    unique_key='id',
+    fenced=var('fenced', true),
+    pre_hook=[var('pre_sql')] if var('pre_sql', none) else [],
+) }}
+select id, status, amount
+from values {{ var('batch', "(1, 'open', 10), (2, 'open', 20), (3, 'open', 30)") }}
+  as batch(id, status, amount)
+{% if var('empty', false) %} where false {% endif %}
+{% if var('slow_ms', 0) | int > 0 %}
+cross join (select reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) as z) slow
+{% endif %}
+"""
+
+SHIP_1_AND_ADD_4 = "(1, 'shipped', 11), (4, 'open', 40)"
+
+
+def dbt_vars(**values) -> list:
+    return ["--vars", json.dumps(values)]
+
+
+def invocation_id(project) -> str:
+    with open(f"{project.project_root}/target/run_results.json") as f:
+        return json.load(f)["metadata"]["invocation_id"]
+
+
+class MergeRaceBase:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"orders.sql": ORDERS}
+
+    @pytest.fixture
+    def table(self, project) -> str:
+        run_dbt(["run", "--full-refresh"])
+        return f"{project.test_schema}.orders"
+
+    def cancel_order_1(self, table: str) -> str:
+        return f"update {table} set status = 'cancelled' where id = 1"
+
+
+class TestFencedMerge(MergeRaceBase):
+    def test_first_run_creates_second_run_merges(self, project, spark, table):
+        vb = history(spark, table)[-1].version
+        results = run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4)])
+        response = results.results[0].adapter_response
+        assert response["read_version"] == vb
+        assert response["commit_version"] == vb + 1
+        assert response["fence_outcome"] == "committed"
+        assert rows(spark, f"select * from {table} order by id") == [
+            (1, "shipped", 11), (2, "open", 20), (3, "open", 30), (4, "open", 40)
+        ]
+        last = history(spark, table)[-1]
+        assert last.operation == "MERGE" and last.read_version == vb
+        assert last.tag["node"] == "model.test.orders"
+        assert last.tag["strategy"] == "merge" and last.tag["read_version"] == vb
+        assert last.tag["invocation_id"] == invocation_id(project)
+
+    def test_empty_batch_makes_no_commit_and_succeeds(self, project, spark, table):
+        before = history(spark, table)
+        results = run_dbt(["run", *dbt_vars(empty=True)])
+        response = results.results[0].adapter_response
+        assert response["fence_outcome"] == "no_change"
+        assert response["read_version"] == before[-1].version
+        assert response.get("commit_version") is None
+        assert history(spark, table) == before
+
+    def test_race_a_foreign_commit_before_vb_is_built_upon(self, project, spark, table):
+        writer = ForeignWriter(spark)
+        writer.sql(self.cancel_order_1(table))
+        foreign = history(spark, table)[-1]
+        assert foreign.operation == "UPDATE" and foreign.tag is None  # the race fired
+
+        results = run_dbt(["run", *dbt_vars(batch="(2, 'shipped', 21)")])
+
+        after = history(spark, table)
+        assert results.results[0].adapter_response["read_version"] == foreign.version
+        merge = after[-1]
+        assert merge.operation == "MERGE" and merge.read_version == foreign.version
+        assert rows(spark, f"select * from {table} order by id") == [
+            (1, "cancelled", 10), (2, "shipped", 21), (3, "open", 30)
+        ]  # both changes kept
+
+    def test_race_b_foreign_commit_after_vb_fails_the_run(self, project, spark, table):
+        vb = history(spark, table)[-1].version
+        results = run_dbt(
+            ["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table))],
+            expect_pass=False,
+        )
+        after = history(spark, table)
+        foreign = [e for e in after if e.version > vb]
+        assert [e.operation for e in foreign] == ["UPDATE"]  # landed after vB, before the write
+        assert foreign[0].version == vb + 1 and foreign[0].tag is None
+
+        message = results.results[0].message
+        assert "refused" in message and f"version {vb}" in message
+        assert f"v{vb + 1} UPDATE" in message and "never written" in message
+        assert "fence_retries" in message
+        assert ours([e for e in after if e.version > vb]) == []
+        assert rows(spark, f"select * from {table} order by id") == [
+            (1, "cancelled", 10), (2, "open", 20), (3, "open", 30)
+        ]
+
+    def test_race_c_foreign_commit_during_merge_is_refused(self, project, spark, table):
+        vb = history(spark, table)[-1].version
+        writer = ForeignWriter(spark)
+        writer.when(long_spark_job(spark, 1.0), self.cancel_order_1(table))
+        results = run_dbt(
+            ["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, slow_ms=6000)], expect_pass=False
+        )
+        writer.join()
+
+        after = history(spark, table)
+        foreign = [e for e in after if e.version > vb]
+        assert [e.operation for e in foreign] == ["UPDATE"] and foreign[0].tag is None
+        message = results.results[0].message
+        assert "conflict detection during the write" in message  # Delta saw it mid-MERGE
+        assert "never written" in message
+        assert rows(spark, f"select * from {table} order by id") == [
+            (1, "cancelled", 10), (2, "open", 20), (3, "open", 30)
+        ]
+
+    def test_fenced_false_gives_stock_behaviour(self, project, spark, table):
+        vb = history(spark, table)[-1].version
+        race = dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table), fenced=False)
+        run_dbt(["run", *race])
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["UPDATE", "MERGE"]
+        assert ours(after) == []  # stock writes carry no fence tag
+        assert rows(spark, f"select status from {table} where id = 1") == [("shipped",)]
+
+
+class TestStockSparkLosesTheUpdate(MergeRaceBase):
+    """The control: the same race (b) against stock dbt-spark succeeds and loses the update."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, spark):
+        return stock_spark_target()
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+file_format": "delta"}}
+
+    def test_race_b_stock_dbt_spark_silently_overwrites(self, project, spark, table):
+        vb = history(spark, table)[-1].version
+        run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table))])
+        after = history(spark, table)
+        assert [e.operation for e in after if e.version > vb] == ["UPDATE", "MERGE"]
+        assert rows(spark, f"select status from {table} where id = 1") == [("shipped",)]
