@@ -16,8 +16,14 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_namespace_packages(include=["dbt", "dbt.*"]),
     include_package_data=True,
-    package_data={"dbt.include.fenced_spark": ["dbt_project.yml", "profile_template.yml",
-                                               "macros/*.sql", "macros/**/*.sql"]},
+    package_data={
+        "dbt.include.fenced_spark": [
+            "dbt_project.yml",
+            "profile_template.yml",
+            "macros/*.sql",
+            "macros/**/*.sql",
+        ]
+    },
     python_requires=">=3.10",
     install_requires=[
         "dbt-core~=1.11.0",

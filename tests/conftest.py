@@ -60,5 +60,10 @@ def session_target(lakehouse: str, jars_cache: str) -> dict:
 
 def stock_spark_target() -> dict:
     """Stock dbt-spark on the same JVM (its session cursor picks up the running session)."""
-    return {"type": "spark", "method": "session", "host": "localhost", "schema": "analytics",
-            "threads": 1}
+    return {
+        "type": "spark",
+        "method": "session",
+        "host": "localhost",
+        "schema": "analytics",
+        "threads": 1,
+    }

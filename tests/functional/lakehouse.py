@@ -3,20 +3,21 @@
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 
 @dataclass
 class HistoryEntry:
     version: int
     operation: str
-    read_version: Optional[int]
-    tag: Optional[Dict[str, Any]]
-    user_metadata: Optional[str]
+    read_version: int | None
+    tag: dict[str, Any] | None
+    user_metadata: str | None
 
 
-def history(spark, table: str) -> List[HistoryEntry]:
+def history(spark, table: str) -> list[HistoryEntry]:
     rows = spark.sql(f"DESCRIBE HISTORY {table}").collect()
     entries = []
     for row in rows:
@@ -32,11 +33,11 @@ def history(spark, table: str) -> List[HistoryEntry]:
     return sorted(entries, key=lambda e: e.version)
 
 
-def ours(entries: List[HistoryEntry], step: str = "write") -> List[HistoryEntry]:
+def ours(entries: list[HistoryEntry], step: str = "write") -> list[HistoryEntry]:
     return [e for e in entries if e.tag and e.tag.get("step") == step]
 
 
-def rows(spark, sql: str) -> List[tuple]:
+def rows(spark, sql: str) -> list[tuple]:
     return [tuple(r) for r in spark.sql(sql).collect()]
 
 
@@ -45,8 +46,8 @@ class ForeignWriter:
 
     def __init__(self, spark) -> None:
         self.session = spark.newSession()
-        self.error: Optional[BaseException] = None
-        self._thread: Optional[threading.Thread] = None
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
     def sql(self, statement: str) -> None:
         self.session.sql(statement)
@@ -78,7 +79,7 @@ class ForeignWriter:
 def long_spark_job(spark, seconds: float = 1.0) -> Callable[[], bool]:
     """True once some Spark job has been running for `seconds`: the slowed-down write."""
     tracker = spark.sparkContext.statusTracker()
-    first_seen: Dict[int, float] = {}
+    first_seen: dict[int, float] = {}
 
     def check() -> bool:
         now = time.monotonic()

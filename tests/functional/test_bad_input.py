@@ -23,9 +23,11 @@ class TestConfigErrors:
         return {
             "no_key.sql": model("incremental_strategy='merge'"),
             "parquet_merge.sql": model(
-                "incremental_strategy='merge', unique_key='id', file_format='parquet'"),
+                "incremental_strategy='merge', unique_key='id', file_format='parquet'"
+            ),
             "bad_predicates.sql": model(
-                "incremental_strategy='merge', unique_key='id', incremental_predicates={'a': 1}"),
+                "incremental_strategy='merge', unique_key='id', incremental_predicates={'a': 1}"
+            ),
             "bad_strategy.sql": model("incremental_strategy='upsert', unique_key='id'"),
             "bad_fenced.sql": model("incremental_strategy='merge', unique_key='id', fenced='no'"),
         }

@@ -60,7 +60,8 @@ class TestFencedSchemaChange:
         assert alter.tag["step"] == "schema_change" and alter.read_version == vb
         assert merge.tag["step"] == "write" and merge.read_version == alter.version
         assert rows(spark, f"select id, val, extra from {table} order by id") == [
-            (1, "v", "new"), (2, "v", "new")
+            (1, "v", "new"),
+            (2, "v", "new"),
         ]
 
 
@@ -99,17 +100,21 @@ class TestRevertAfterCommit:
         return FenceState(table, table, "merge", vb, vb, "inv-test", "model.test.target")
 
     def merge_sql(self, table):
-        return (f"merge into {table} t using (select 1 as id, 'ours' as v) s on s.id = t.id "
-                "when matched then update set * when not matched then insert *")
+        return (
+            f"merge into {table} t using (select 1 as id, 'ours' as v) s on s.id = t.id "
+            "when matched then update set * when not matched then insert *"
+        )
 
     def test_violation_after_commit_is_reverted(self, project, spark):
         run_dbt(["run"])
         table = f"{project.test_schema}.target"
         vb = history(spark, table)[-1].version
         fence = self.fence(project, spark, f"update {table} set v = 'foreign'")
-        with project.adapter.connection_named("revert"):
-            with pytest.raises(FenceViolation) as raised:
-                fence.write(self.state(project, vb), self.merge_sql(table))
+        with (
+            project.adapter.connection_named("revert"),
+            pytest.raises(FenceViolation) as raised,
+        ):
+            fence.write(self.state(project, vb), self.merge_sql(table))
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "RESTORE"]
         assert after[1].read_version == vb + 1  # our MERGE started after the foreign commit
@@ -124,12 +129,16 @@ class TestRevertAfterCommit:
         table = f"{project.test_schema}.target"
         vb = history(spark, table)[-1].version
         fence = self.fence(
-            project, spark, f"update {table} set v = 'foreign'",
+            project,
+            spark,
+            f"update {table} set v = 'foreign'",
             also_after=f"insert into {table} values (2, 'later')",
         )
-        with project.adapter.connection_named("revert"):
-            with pytest.raises(FenceViolation) as raised:
-                fence.write(self.state(project, vb), self.merge_sql(table))
+        with (
+            project.adapter.connection_named("revert"),
+            pytest.raises(FenceViolation) as raised,
+        ):
+            fence.write(self.state(project, vb), self.merge_sql(table))
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE"]
         assert raised.value.report.outcome == Outcome.NOT_REVERTED

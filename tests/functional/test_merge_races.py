@@ -26,7 +26,9 @@ from values {{ var('batch', "(1, 'open', 10), (2, 'open', 20), (3, 'open', 30)")
   as batch(id, status, amount)
 {% if var('empty', false) %} where false {% endif %}
 {% if var('slow_ms', 0) | int > 0 %}
-cross join (select reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) as z) slow
+cross join (
+  select reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) as z
+) slow
 {% endif %}
 """
 
@@ -65,7 +67,10 @@ class TestFencedMerge(MergeRaceBase):
         assert response["commit_version"] == vb + 1
         assert response["fence_outcome"] == "committed"
         assert rows(spark, f"select * from {table} order by id") == [
-            (1, "shipped", 11), (2, "open", 20), (3, "open", 30), (4, "open", 40)
+            (1, "shipped", 11),
+            (2, "open", 20),
+            (3, "open", 30),
+            (4, "open", 40),
         ]
         last = history(spark, table)[-1]
         assert last.operation == "MERGE" and last.read_version == vb
@@ -95,7 +100,9 @@ class TestFencedMerge(MergeRaceBase):
         merge = after[-1]
         assert merge.operation == "MERGE" and merge.read_version == foreign.version
         assert rows(spark, f"select * from {table} order by id") == [
-            (1, "cancelled", 10), (2, "shipped", 21), (3, "open", 30)
+            (1, "cancelled", 10),
+            (2, "shipped", 21),
+            (3, "open", 30),
         ]  # both changes kept
 
     def test_race_b_foreign_commit_after_vb_fails_the_run(self, project, spark, table):
@@ -115,7 +122,9 @@ class TestFencedMerge(MergeRaceBase):
         assert "fence_retries" in message
         assert ours([e for e in after if e.version > vb]) == []
         assert rows(spark, f"select * from {table} order by id") == [
-            (1, "cancelled", 10), (2, "open", 20), (3, "open", 30)
+            (1, "cancelled", 10),
+            (2, "open", 20),
+            (3, "open", 30),
         ]
 
     def test_race_c_foreign_commit_during_merge_is_refused(self, project, spark, table):
@@ -134,7 +143,9 @@ class TestFencedMerge(MergeRaceBase):
         assert "conflict detection during the write" in message  # Delta saw it mid-MERGE
         assert "never written" in message
         assert rows(spark, f"select * from {table} order by id") == [
-            (1, "cancelled", 10), (2, "open", 20), (3, "open", 30)
+            (1, "cancelled", 10),
+            (2, "open", 20),
+            (3, "open", 30),
         ]
 
     def test_fenced_false_gives_stock_behaviour(self, project, spark, table):

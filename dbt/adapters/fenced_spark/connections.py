@@ -1,5 +1,6 @@
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
@@ -40,7 +41,7 @@ class SessionHandle:
 class FencedSessionConnectionWrapper(SessionConnectionWrapper):
     handle: SessionHandle  # type: ignore[assignment]
 
-    def fetchall(self) -> Optional[List[Any]]:
+    def fetchall(self) -> list[Any] | None:
         # The session cursor already raises DbtRuntimeError; lazy queries fail here instead.
         from pyspark.errors import PySparkException
 
@@ -55,7 +56,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
-        # Only `session` differs from dbt-spark: a Delta-configured JVM and a session per connection.
+        # Only `session` differs from dbt-spark: a Delta JVM and a session per connection.
         if connection.state == ConnectionState.OPEN:
             return connection
         creds = connection.credentials
@@ -80,7 +81,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             if saved is not None:
                 handle.query_retries = saved
 
-    def fetch_rows(self, sql: str) -> Tuple[List[str], List[Any]]:
+    def fetch_rows(self, sql: str) -> tuple[list[str], list[Any]]:
         """Raw rows with their column names; Delta's history has maps that agate would mangle."""
         _, cursor = self.add_query(sql, auto_begin=False)
         names = [column[0] for column in cursor.description]

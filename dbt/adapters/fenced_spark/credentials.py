@@ -1,6 +1,5 @@
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 from dbt.adapters.spark.connections import SparkConnectionMethod, SparkCredentials
 
@@ -19,9 +18,9 @@ def _default_jars_cache() -> str:
 @dataclass
 class FencedSparkCredentials(SparkCredentials):
     # Embedded session only: root of the local lakehouse (warehouse, metastore, logs).
-    folder: Optional[str] = None
+    folder: str | None = None
     # Embedded session only: where Spark's Ivy keeps the resolved Delta jars.
-    jars_cache: Optional[str] = None
+    jars_cache: str | None = None
     delta_package: str = DEFAULT_DELTA_PACKAGE
 
     def __post_init__(self) -> None:
@@ -46,7 +45,7 @@ class FencedSparkCredentials(SparkCredentials):
     def type(self) -> str:
         return "fenced_spark"
 
-    def _connection_keys(self) -> Tuple[str, ...]:
+    def _connection_keys(self) -> tuple[str, ...]:
         if self.method == SparkConnectionMethod.SESSION:
             return "method", "schema", "folder", "jars_cache", "delta_package"
         return "method", *super()._connection_keys()

@@ -1,6 +1,7 @@
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.impl import AdapterTrackingRelationInfo
@@ -21,15 +22,15 @@ logger = AdapterLogger("FencedSpark")
 
 class FencedSparkConfig(SparkConfig):
     file_format: str = "delta"
-    fenced: Optional[bool] = None
-    fence_retries: Optional[int] = None
+    fenced: bool | None = None
+    fence_retries: int | None = None
 
 
 @dataclass
 class FencedAdapterResponse(AdapterResponse):
-    read_version: Optional[int] = None
-    commit_version: Optional[int] = None
-    fence_outcome: Optional[str] = None
+    read_version: int | None = None
+    commit_version: int | None = None
+    fence_outcome: str | None = None
 
 
 class FenceSql:
@@ -41,13 +42,13 @@ class FenceSql:
     def execute(self, sql: str) -> None:
         self.connections.add_query(sql, auto_begin=False)
 
-    def history(self, table: str, limit: int) -> List[Commit]:
+    def history(self, table: str, limit: int) -> list[Commit]:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
 
 class FencedSparkAdapter(SparkAdapter):
-    Relation = FencedSparkRelation  # type: ignore[assignment]
+    Relation = FencedSparkRelation
     ConnectionManager = FencedSparkConnectionManager
     AdapterSpecificConfigs = FencedSparkConfig
     connections: FencedSparkConnectionManager
@@ -67,7 +68,8 @@ class FencedSparkAdapter(SparkAdapter):
 
         from dbt.adapters.fenced_spark.__version__ import version
 
-        return AdapterTrackingRelationInfo(
+        # dbt's own base class builds this dataclass the same way; its __hash__ is generated.
+        return AdapterTrackingRelationInfo(  # type: ignore[abstract]
             adapter_name="fenced_spark",
             base_adapter_version=base_version,
             adapter_version=version,
@@ -94,12 +96,12 @@ class FencedSparkAdapter(SparkAdapter):
     def _fence(self) -> Fence:
         return Fence(FenceSql(self.connections), self.connections.single_attempt)
 
-    def execute(  # type: ignore[override]
-        self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: Optional[int] = None
-    ) -> Tuple[AdapterResponse, Any]:
+    def execute(
+        self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
+    ) -> tuple[AdapterResponse, Any]:
         # Inside a fenced step (the schema change), a Delta conflict becomes a fence
         # violation and the step's confs never outlive a failed statement.
-        step: Optional[FenceState] = getattr(self._steps, "state", None)
+        step: FenceState | None = getattr(self._steps, "state", None)
         if step is None:
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         try:
@@ -126,7 +128,7 @@ class FencedSparkAdapter(SparkAdapter):
         return reads_self(sql, str(relation.schema), str(relation.identifier))
 
     @available
-    def fence_schema_change_begin(self, fence: Dict[str, Any]) -> str:
+    def fence_schema_change_begin(self, fence: dict[str, Any]) -> str:
         state = FenceState.from_dict(fence)
         guard = self._fence()
         guard.precheck(state)
@@ -135,7 +137,7 @@ class FencedSparkAdapter(SparkAdapter):
         return ""
 
     @available
-    def fence_schema_change_end(self) -> Dict[str, Any]:
+    def fence_schema_change_end(self) -> dict[str, Any]:
         state = self._end_step()
         return self._fence().after_schema_change(state).to_dict()
 
@@ -147,7 +149,7 @@ class FencedSparkAdapter(SparkAdapter):
 
     @available
     def fence_write(
-        self, sql: str, fence: Dict[str, Any], staging: FencedSparkRelation
+        self, sql: str, fence: dict[str, Any], staging: FencedSparkRelation
     ) -> FencedAdapterResponse:
         state = FenceState.from_dict(fence)
         try:

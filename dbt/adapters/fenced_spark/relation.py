@@ -14,6 +14,6 @@ class FencedSparkRelation(SparkRelation):
     def staging_view(self, invocation_id: str, attempt: int = 1) -> "FencedSparkRelation":
         """The temp view holding the pinned model SQL: unique per run, node and attempt."""
         digest = hashlib.sha1(f"{invocation_id}/{self.render()}/{attempt}".encode()).hexdigest()
-        return self.incorporate(  # type: ignore[return-value]
+        return self.incorporate(
             path={"identifier": f"{self.identifier}__fence_{digest[:12]}"}
         ).include(database=False, schema=False)

@@ -6,7 +6,7 @@ One JVM and one root SparkSession per process; every dbt connection gets its own
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Optional
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
@@ -23,10 +23,10 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 _lock = threading.Lock()
 _root: Optional["SparkSession"] = None
-_root_folder: Optional[str] = None
+_root_folder: str | None = None
 
 
-def launch_conf(creds: "FencedSparkCredentials") -> Dict[str, str]:
+def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
     folder = creds.folder or ""
     conf = {
         "spark.master": "local[*]",

@@ -1,8 +1,7 @@
 """The one error a fence failure raises, and the words it uses."""
 
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import List, Optional
+from enum import StrEnum
 
 from dbt_common.exceptions import DbtRuntimeError
 
@@ -15,7 +14,7 @@ def first_lines(text: str, limit: int = 6) -> str:
     return "\n".join(kept[:limit])
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     COMMITTED = "committed"
     NO_CHANGE = "no_change"
     NEVER_WRITTEN = "never_written"
@@ -29,11 +28,11 @@ class FenceReport:
     table: str
     read_version: int
     outcome: Outcome
-    landed: List[Commit] = field(default_factory=list)
-    our_version: Optional[int] = None
-    revert_version: Optional[int] = None
-    cause: Optional[str] = None
-    revert_error: Optional[str] = None
+    landed: list[Commit] = field(default_factory=list)
+    our_version: int | None = None
+    revert_version: int | None = None
+    cause: str | None = None
+    revert_error: str | None = None
 
     def what_happened(self) -> str:
         if self.outcome == Outcome.NEVER_WRITTEN:

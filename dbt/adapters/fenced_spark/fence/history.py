@@ -1,8 +1,9 @@
 """Delta history rows, and the userMetadata tag that marks a fenced commit as ours."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Optional
 
 TAG_KEY = "dbt_fenced_spark"
 
@@ -40,7 +41,7 @@ class FenceTag:
         )
 
     @classmethod
-    def parse(cls, user_metadata: Optional[str]) -> Optional["FenceTag"]:
+    def parse(cls, user_metadata: str | None) -> Optional["FenceTag"]:
         if not user_metadata:
             return None
         try:
@@ -66,15 +67,15 @@ class FenceTag:
 class Commit:
     version: int
     operation: str
-    read_version: Optional[int]
-    user_metadata: Optional[str]
-    user_name: Optional[str] = None
-    engine_info: Optional[str] = None
-    timestamp: Optional[str] = None
-    metrics: Dict[str, str] = field(default_factory=dict)
+    read_version: int | None
+    user_metadata: str | None
+    user_name: str | None = None
+    engine_info: str | None = None
+    timestamp: str | None = None
+    metrics: dict[str, str] = field(default_factory=dict)
 
     @property
-    def tag(self) -> Optional[FenceTag]:
+    def tag(self) -> FenceTag | None:
         return FenceTag.parse(self.user_metadata)
 
     @property
@@ -90,7 +91,7 @@ class Commit:
         return f"v{self.version} {self.operation} by {self.writer}{when}"
 
 
-def _as_map(value: Any) -> Dict[str, str]:
+def _as_map(value: Any) -> dict[str, str]:
     # The session returns a dict; the Thrift server a JSON text.
     if value is None:
         return {}
@@ -103,17 +104,17 @@ def _as_map(value: Any) -> Dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _as_int(value: Any) -> Optional[int]:
+def _as_int(value: Any) -> int | None:
     if value is None or value == "":
         return None
     return int(value)
 
 
-def _as_text(value: Any) -> Optional[str]:
+def _as_text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> List[Commit]:
+def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Commit]:
     """Commits from `DESCRIBE HISTORY` rows, oldest first."""
     index = {name: i for i, name in enumerate(columns)}
 

@@ -2,9 +2,10 @@
 verify, revert. Every step is plain SQL, so it works over any connection method."""
 
 import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol
+from typing import Any, NoReturn, Protocol
 
 from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
@@ -22,7 +23,7 @@ _CONFLICT = re.compile(
 )
 
 
-def conflict_name(error: BaseException) -> Optional[str]:
+def conflict_name(error: BaseException) -> str | None:
     match = _CONFLICT.search(str(error))
     return match.group(0) if match else None
 
@@ -36,7 +37,7 @@ def set_conf_sql(key: str, value: str) -> str:
 class SqlRunner(Protocol):
     def execute(self, sql: str) -> None: ...
 
-    def history(self, table: str, limit: int) -> List[Commit]: ...
+    def history(self, table: str, limit: int) -> list[Commit]: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class FenceState:
         )
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "FenceState":
+    def from_dict(cls, data: dict[str, Any]) -> "FenceState":
         return cls(
             table=str(data["table"]),
             display=str(data.get("display", data["table"])),
@@ -74,14 +75,14 @@ class FenceState:
             attempt=int(data.get("attempt", 1)),
         )
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
 class FenceResult:
     read_version: int
-    commit_version: Optional[int]
+    commit_version: int | None
     outcome: Outcome
 
 
@@ -93,7 +94,7 @@ class Fence:
     def latest_version(self, table: str) -> int:
         return self.runner.history(table, 1)[-1].version
 
-    def commits_since(self, table: str, version: int) -> List[Commit]:
+    def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""
         limit = HISTORY_PAGE
         while True:
@@ -121,7 +122,7 @@ class Fence:
         finally:
             self.tag_off(state)
 
-    def foreign(self, state: FenceState, commits: List[Commit]) -> List[Commit]:
+    def foreign(self, state: FenceState, commits: list[Commit]) -> list[Commit]:
         own = state.tag("any")
         return [c for c in commits if not own.same_run(c.tag)]
 
@@ -151,11 +152,10 @@ class Fence:
             return replace(state, expected_version=expected)
         ours = [c for c in commits if not self.foreign(state, [c])]
         self._fail_after_commit(state, ours[-1] if ours else None, commits, "schema change")
-        raise AssertionError("unreachable")
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
         self.precheck(state)
-        conflict: Optional[BaseException] = None
+        conflict: BaseException | None = None
         with self.tagged(state, "write"), self.single_attempt():
             try:
                 self.runner.execute(sql)
@@ -175,7 +175,8 @@ class Fence:
                     state,
                     Outcome.NEVER_WRITTEN,
                     self.foreign(state, commits),
-                    cause=f"Delta's conflict detection during the write ({conflict_name(conflict)})",
+                    cause=f"Delta's conflict detection during the write "
+                    f"({conflict_name(conflict)})",
                 )
             # An unchanged table makes no commit: nothing to verify, nothing lost.
             return FenceResult(state.read_version, None, Outcome.NO_CHANGE)
@@ -187,11 +188,10 @@ class Fence:
         if ok:
             return FenceResult(state.read_version, our.version, Outcome.COMMITTED)
         self._fail_after_commit(state, our, commits, "post-write verification")
-        raise AssertionError("unreachable")
 
     def _fail_after_commit(
-        self, state: FenceState, our: Optional[Commit], commits: List[Commit], check: str
-    ) -> None:
+        self, state: FenceState, our: Commit | None, commits: list[Commit], check: str
+    ) -> NoReturn:
         landed = self.foreign(state, commits)
         if state.strict:
             expectation = f"our commit to be v{state.expected_version + 1}"
@@ -253,7 +253,9 @@ class Fence:
             revert_version=restores[-1].version,
         )
 
-    def _fail(self, state: FenceState, outcome: Outcome, landed: List[Commit], **kw: Any) -> None:
+    def _fail(
+        self, state: FenceState, outcome: Outcome, landed: list[Commit], **kw: Any
+    ) -> NoReturn:
         raise FenceViolation(
             FenceReport(
                 strategy=state.strategy,

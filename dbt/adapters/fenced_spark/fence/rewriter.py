@@ -7,8 +7,8 @@ When sqlglot cannot parse the SQL, a token-level scan with sqlglot's tokenizer d
 same job with the grammar rules spelled out below.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -24,7 +24,7 @@ class Target:
     schema: str
     identifier: str
 
-    def matches(self, catalog: Optional[str], schema: Optional[str], name: str) -> bool:
+    def matches(self, catalog: str | None, schema: str | None, name: str) -> bool:
         if catalog and catalog.lower() != SESSION_CATALOG:
             return False
         return (
@@ -50,7 +50,7 @@ def reads_self(sql: str, schema: str, identifier: str) -> bool:
     return pin_self_reads(sql, schema, identifier, 0) != sql
 
 
-def _reference_ends_parsed(sql: str, target: Target) -> List[int]:
+def _reference_ends_parsed(sql: str, target: Target) -> list[int]:
     ends = []
     for statement in sqlglot.parse(sql, read="spark"):
         if statement is None:
@@ -72,7 +72,7 @@ _NAME_TYPES = {TokenType.VAR, TokenType.IDENTIFIER}
 _NOT_A_TABLE_AFTER = {TokenType.DOT, TokenType.L_PAREN}
 
 
-def _reference_ends_tokenized(sql: str, target: Target) -> List[int]:
+def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
     tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(sql)
     ends = []
     for i in range(len(tokens)):
@@ -92,7 +92,7 @@ def _reference_ends_tokenized(sql: str, target: Target) -> List[int]:
     return ends
 
 
-def _dotted_name_at(tokens: Sequence[Token], i: int) -> Optional[tuple]:
+def _dotted_name_at(tokens: Sequence[Token], i: int) -> tuple | None:
     """The dotted name starting at token i, unless i is in the middle of one."""
     if tokens[i].token_type not in _NAME_TYPES:
         return None
