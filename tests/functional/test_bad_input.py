@@ -13,8 +13,7 @@ def model(config: str, sql: str = BASE) -> str:
 
 
 def table_exists(spark, table: str) -> bool:
-    schema, name = table.split(".")
-    return spark.catalog.tableExists(name, schema)
+    return spark.catalog.tableExists(table)
 
 
 class TestConfigErrors:
