@@ -149,16 +149,31 @@ class FencedSparkAdapter(SparkAdapter):
 
     @available
     def fence_write(
-        self, sql: str, fence: dict[str, Any], staging: FencedSparkRelation
+        self,
+        sql: str,
+        fence: dict[str, Any],
+        relation: FencedSparkRelation,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        retries: int = 0,
     ) -> FencedAdapterResponse:
         state = FenceState.from_dict(fence)
+
+        def restage(new: FenceState) -> None:
+            # A retry recomputes from the new vB: same staging view, pinned anew.
+            pinned = self.fence_pin_reads(compiled_code, relation, new.read_version)
+            view_sql = self.execute_macro(
+                "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
+            )
+            FenceSql(self.connections).execute(str(view_sql))
+
         try:
-            result = self._fence().write(state, sql)
+            result = self._fence().run(state, sql, retries=int(retries), restage=restage)
         except FenceViolation:
             raise
         except DbtRuntimeError as exc:
-            # Delta's own refusal (duplicate source keys, a bad predicate): say which model,
-            # and keep Delta's words without the JVM's stack.
+            # Delta's own refusal (duplicate source keys, rows outside replace_where): say which
+            # model, and keep Delta's words without the JVM's stack.
             raise DbtRuntimeError(
                 f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
                 f"was written. Delta said:\n{first_lines(str(exc))}"

@@ -33,6 +33,11 @@ class FenceReport:
     revert_version: int | None = None
     cause: str | None = None
     revert_error: str | None = None
+    earlier_attempts: list["FenceReport"] = field(default_factory=list)
+
+    def summary(self) -> str:
+        landed = ", ".join(f"v{c.version} {c.operation}" for c in self.landed) or "a conflict"
+        return f"read v{self.read_version}; {landed} landed; {self.outcome.value.replace('_', ' ')}"
 
     def what_happened(self) -> str:
         if self.outcome == Outcome.NEVER_WRITTEN:
@@ -65,6 +70,11 @@ class FenceReport:
         ]
         if self.cause:
             lines.append(f"  detected by: {self.cause}")
+        if self.earlier_attempts:
+            total = len(self.earlier_attempts) + 1
+            lines.append(f"  attempts: {total} (fence_retries: {total - 1}), all refused:")
+            for number, attempt in enumerate([*self.earlier_attempts, self], start=1):
+                lines.append(f"    {number}. {attempt.summary()}")
         if self.outcome == Outcome.NOT_REVERTED:
             lines.append("  what to do: fix the table by hand as above, then re-run the model.")
         else:

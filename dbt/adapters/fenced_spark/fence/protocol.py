@@ -1,11 +1,15 @@
 """The fence steps that run after the model's SQL is staged: pre-check, tagged write,
 verify, revert. Every step is plain SQL, so it works over any connection method."""
 
+import random
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn, Protocol
+
+from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
@@ -13,6 +17,10 @@ from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
 HISTORY_PAGE = 16
+BACKOFF_BASE_SECONDS = 0.5
+BACKOFF_CAP_SECONDS = 20.0
+
+logger = AdapterLogger("FencedSpark")
 
 # Delta's commit conflicts. PySpark maps none of them to a class, so match the text.
 _CONFLICT = re.compile(
@@ -86,10 +94,62 @@ class FenceResult:
     outcome: Outcome
 
 
+def backoff_seconds(retry: int, rng: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with full jitter: concurrent losers spread out instead of colliding."""
+    return rng() * min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**retry)
+
+
 class Fence:
-    def __init__(self, runner: SqlRunner, single_attempt: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        runner: SqlRunner,
+        single_attempt: Callable[[], Any],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.runner = runner
         self.single_attempt = single_attempt
+        self.sleep = sleep
+
+    def run(
+        self,
+        state: FenceState,
+        sql: str,
+        retries: int = 0,
+        restage: Callable[[FenceState], None] = lambda state: None,
+    ) -> FenceResult:
+        """The write with `fence_retries`: recapture vB, recompute, try again, only while
+        nothing of ours remains committed."""
+        refused: list[FenceReport] = []
+        for retry in range(retries + 1):
+            if retry:
+                delay = backoff_seconds(retry)
+                logger.info(
+                    f"fenced {state.strategy} into {state.display}: attempt {retry} refused; "
+                    f"retrying from the new version in {delay:.1f}s ({retry} of {retries})"
+                )
+                self.sleep(delay)
+                latest = self.latest_version(state.table)
+                state = replace(
+                    state, read_version=latest, expected_version=latest, attempt=retry + 1
+                )
+                restage(state)
+            try:
+                return self.write(state, sql)
+            except FenceViolation as violation:
+                report = violation.report
+                report.earlier_attempts = refused
+                if retry == retries or not self._nothing_of_ours_remains(state, report):
+                    raise
+                refused = [*refused, report]
+        raise AssertionError("the loop always returns or raises")
+
+    @staticmethod
+    def _nothing_of_ours_remains(state: FenceState, report: FenceReport) -> bool:
+        # A schema change of ours stays committed when the write itself never ran.
+        schema_changed = state.expected_version != state.read_version
+        if report.outcome == Outcome.REVERTED:
+            return True
+        return report.outcome == Outcome.NEVER_WRITTEN and not schema_changed
 
     def latest_version(self, table: str) -> int:
         return self.runner.history(table, 1)[-1].version

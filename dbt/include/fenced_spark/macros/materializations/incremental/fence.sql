@@ -7,6 +7,12 @@
 {% macro fenced_spark__fence_write_sql(strategy, source, target, settings) %}
   {%- if strategy == 'merge' -%}
     {{ return(fenced_merge_sql(source, target, settings)) }}
+  {%- elif strategy == 'append_if_unchanged' -%}
+    {{ return(fenced_append_if_unchanged_sql(source, target, settings)) }}
+  {%- elif strategy == 'replace_where' -%}
+    {{ return(fenced_replace_where_sql(source, target, settings.incremental_predicates)) }}
+  {%- elif strategy == 'microbatch' -%}
+    {{ return(fenced_replace_where_sql(source, target, fenced_microbatch_predicates(settings))) }}
   {%- endif -%}
   {% do exceptions.raise_compiler_error('No fenced SQL for strategy ' ~ strategy) %}
 {% endmacro %}
@@ -30,6 +36,9 @@
 
 
 {% macro fenced_incremental(existing_relation, settings) %}
+  {%- if settings.reads_self -%}
+    {{ log("fenced_spark: " ~ this ~ " appends and reads {{ this }}: running as append_if_unchanged (fenced)", info=true) }}
+  {%- endif -%}
   {#-- 1. capture vB, before pre-hooks and before any model SQL is evaluated --#}
   {%- set read_version = adapter.fence_capture(this) -%}
   {%- set fence = {
@@ -50,7 +59,8 @@
 
   {#-- 4-7. pre-check, tagged write, verify, revert on violation --#}
   {%- set write_sql = fence_write_sql(settings.strategy, staging, this, settings) -%}
-  {%- set response = adapter.fence_write(write_sql, fence, staging) -%}
+  {%- set response = adapter.fence_write(
+      write_sql, fence, this, staging, compiled_code, settings.fence_retries) -%}
   {%- do store_result('main', response=response) -%}
 
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=False) -%}

@@ -5,6 +5,9 @@
     {#-- first run, full refresh, fenced: false or an unfenced strategy: dbt-spark as is --#}
     {{ return(materialization_incremental_spark()) }}
   {%- endif -%}
+  {%- if settings.strategy == 'microbatch' and not model.batch -%}
+    {% do exceptions.raise_compiler_error("Model " ~ this ~ ": microbatch ran without a batch window; run it through dbt's microbatch (`event_time`, `batch_size`, `begin`).") %}
+  {%- endif -%}
   {%- do fence_validate_target(existing_relation) -%}
   {{ return(fenced_incremental(existing_relation, settings)) }}
 {%- endmaterialization %}

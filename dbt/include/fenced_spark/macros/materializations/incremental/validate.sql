@@ -1,8 +1,16 @@
 {#-- Validate every fence-relevant config before any SQL runs, so bad input writes nothing. --#}
 
 {% macro fence_strategies() %}
-  {#-- strategy -> fenced by this adapter; the others run as dbt-spark runs them --#}
-  {{ return({'merge': true, 'append': false, 'insert_overwrite': false, 'microbatch': false}) }}
+  {#-- How each strategy runs: 'fenced'; 'auto' = fenced when the model reads {{ this }};
+       'unfenced' = as dbt-spark runs it, by design. --#}
+  {{ return({
+      'merge': 'fenced',
+      'append_if_unchanged': 'fenced',
+      'replace_where': 'fenced',
+      'microbatch': 'fenced',
+      'append': 'auto',
+      'insert_overwrite': 'unfenced',
+  }) }}
 {% endmacro %}
 
 
@@ -10,20 +18,32 @@
   {%- set model_name = this.render() -%}
   {%- set strategies = fence_strategies() -%}
   {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
+  {%- set strategy = 'append_if_unchanged' if raw_strategy == 'safeappend' else raw_strategy -%}
   {%- set file_format = config.get('file_format') or 'delta' -%}
   {%- set fenced_config = config.get('fenced', true) -%}
+  {%- set retries = config.get('fence_retries', 0) -%}
   {%- set unique_key = config.get('unique_key') -%}
   {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
 
   {% set invalid_strategy_msg -%}
     Model {{ model_name }}: invalid `incremental_strategy` {{ raw_strategy | tojson }}.
-    Expected one of: {{ strategies.keys() | join(', ') }}
+    Expected one of: {{ strategies.keys() | join(', ') }} (and 'safeappend', a deprecated alias of append_if_unchanged).
+  {%- endset %}
+  {% set safeappend_msg -%}
+    Model {{ model_name }}: `incremental_strategy: safeappend` is deprecated; use 'append_if_unchanged', which does the same.
   {%- endset %}
   {% set invalid_fenced_msg -%}
     Model {{ model_name }}: `fenced` must be true or false, got {{ fenced_config | tojson }}.
   {%- endset %}
+  {% set only_fenced_msg -%}
+    Model {{ model_name }}: strategy '{{ strategy }}' exists only fenced, but `fenced` is false.
+    Remove `fenced: false`, or pick an unfenced strategy ('append' or 'insert_overwrite').
+  {%- endset %}
+  {% set invalid_retries_msg -%}
+    Model {{ model_name }}: `fence_retries` must be a whole number of retries, 0 or more; got {{ retries | tojson }}.
+  {%- endset %}
   {% set non_delta_msg -%}
-    Model {{ model_name }}: strategy '{{ raw_strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
+    Model {{ model_name }}: strategy '{{ strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
     Remove `file_format` (delta is the default) or set it to 'delta'; to run this model unfenced on another format, set `fenced: false`.
   {%- endset %}
   {% set missing_key_msg -%}
@@ -32,19 +52,41 @@
   {% set invalid_predicates_msg -%}
     Model {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL strings, got {{ predicates | tojson }}.
   {%- endset %}
+  {% set missing_predicates_msg -%}
+    Model {{ model_name }}: the replace_where strategy needs `incremental_predicates`: the rows it replaces (e.g. "event_date >= date_sub(current_date(), 3)").
+    Without one it would silently become an append, so this is an error.
+  {%- endset %}
+  {% set missing_event_time_msg -%}
+    Model {{ model_name }}: the microbatch strategy needs `event_time`: the column that places each row in a batch.
+  {%- endset %}
 
-  {%- if raw_strategy not in strategies -%}
+  {%- if strategy not in strategies -%}
     {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
+  {%- endif -%}
+  {%- if raw_strategy == 'safeappend' -%}
+    {% do exceptions.warn(safeappend_msg) %}
   {%- endif -%}
   {%- if fenced_config is not boolean -%}
     {% do exceptions.raise_compiler_error(invalid_fenced_msg) %}
   {%- endif -%}
-  {%- set fenced = fenced_config and strategies[raw_strategy] -%}
+  {%- if retries is not integer or retries < 0 -%}
+    {% do exceptions.raise_compiler_error(invalid_retries_msg) %}
+  {%- endif -%}
+  {%- if not fenced_config and strategy in ['append_if_unchanged', 'replace_where'] -%}
+    {% do exceptions.raise_compiler_error(only_fenced_msg) %}
+  {%- endif -%}
+
+  {%- set mode = strategies[strategy] -%}
+  {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this) -%}
+  {%- set fenced = fenced_config and (mode == 'fenced' or reads_self) -%}
   {%- if fenced and file_format != 'delta' -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
-  {%- if raw_strategy == 'merge' and not unique_key -%}
+  {%- if strategy == 'merge' and not unique_key -%}
     {% do exceptions.raise_compiler_error(missing_key_msg) %}
+  {%- endif -%}
+  {%- if strategy == 'microbatch' and not config.get('event_time') -%}
+    {% do exceptions.raise_compiler_error(missing_event_time_msg) %}
   {%- endif -%}
 
   {%- if predicates is none -%}
@@ -58,10 +100,16 @@
   {%- else -%}
     {% do exceptions.raise_compiler_error(invalid_predicates_msg) %}
   {%- endif -%}
+  {%- if strategy == 'replace_where' and not predicate_list -%}
+    {% do exceptions.raise_compiler_error(missing_predicates_msg) %}
+  {%- endif -%}
 
   {{ return({
-      'strategy': raw_strategy,
+      'strategy': 'append_if_unchanged' if reads_self else strategy,
+      'configured_strategy': raw_strategy,
       'fenced': fenced,
+      'reads_self': reads_self,
+      'fence_retries': retries,
       'unique_key': unique_key,
       'incremental_predicates': predicate_list,
       'on_schema_change': incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore'),
@@ -81,7 +129,9 @@
   {%- endset %}
   {%- if existing_relation.is_view -%}
     {% do exceptions.raise_compiler_error(view_msg) %}
-  {%- elif not existing_relation.is_delta -%}
+  {#-- is_delta is none for a table this invocation created (an earlier microbatch batch):
+       we created it, as delta. Only a known non-Delta table is refused. --#}
+  {%- elif existing_relation.is_delta == false -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
 {% endmacro %}
