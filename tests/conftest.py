@@ -36,7 +36,14 @@ def spark(lakehouse: str, jars_cache: str):
     from dbt.adapters.fenced_spark import session
     from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 
-    creds = FencedSparkCredentials(schema="default", folder=lakehouse, jars_cache=jars_cache)
+    # Race tests park the write's tasks in Thread.sleep; spare task slots (not cores) let the
+    # foreign writer's job run meanwhile instead of queueing behind ours.
+    creds = FencedSparkCredentials(
+        schema="default",
+        folder=lakehouse,
+        jars_cache=jars_cache,
+        server_side_parameters={"spark.master": "local[6]"},
+    )
     return session.root_session(creds)
 
 

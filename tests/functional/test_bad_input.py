@@ -1,6 +1,7 @@
 """Bad input: a clear error naming the model and the key, and nothing written."""
 
 import pytest
+from dbt.exceptions import ParsingError
 from dbt.tests.util import run_dbt
 
 from tests.functional.lakehouse import history, rows
@@ -29,6 +30,13 @@ class TestConfigErrors:
             ),
             "bad_strategy.sql": model("incremental_strategy='upsert', unique_key='id'"),
             "bad_fenced.sql": model("incremental_strategy='merge', unique_key='id', fenced='no'"),
+            "no_predicate.sql": model("incremental_strategy='replace_where'"),
+            "number_predicate.sql": model(
+                "incremental_strategy='replace_where', incremental_predicates=7"
+            ),
+            "negative_retries.sql": model("incremental_strategy='append', fence_retries=-1"),
+            "text_retries.sql": model("incremental_strategy='append', fence_retries='3'"),
+            "unfenced_cas.sql": model("incremental_strategy='append_if_unchanged', fenced=false"),
         }
 
     @pytest.mark.parametrize(
@@ -39,6 +47,11 @@ class TestConfigErrors:
             ("bad_predicates", ["`incremental_predicates`"]),
             ("bad_strategy", ["`incremental_strategy`", "merge, append", "upsert"]),
             ("bad_fenced", ["`fenced`"]),
+            ("no_predicate", ["`incremental_predicates`", "replace_where", "silently"]),
+            ("number_predicate", ["`incremental_predicates`", "7"]),
+            ("negative_retries", ["`fence_retries`", "-1"]),
+            ("text_retries", ["`fence_retries`", '"3"']),
+            ("unfenced_cas", ["append_if_unchanged", "exists only fenced", "`fenced`"]),
         ],
     )
     def test_error_names_model_and_key_and_writes_nothing(self, project, spark, name, words):
@@ -88,3 +101,36 @@ class TestTargetErrors:
         assert "MULTIPLE_SOURCE_ROW" in message
         assert "\tat " not in message and "at org.apache" not in message  # no JVM stack
         assert history(spark, table) == before
+
+
+class TestMicrobatchWithoutEventTime:
+    """dbt-core refuses this at parse time, naming the model and the key; nothing runs."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "no_event_time.sql": model(
+                "incremental_strategy='microbatch', batch_size='day', begin='2026-01-01'"
+            )
+        }
+
+    def test_parse_error_names_model_and_key(self, project, spark):
+        with pytest.raises(ParsingError) as raised:
+            run_dbt(["run"])
+        assert "no_event_time" in str(raised.value) and "'event_time'" in str(raised.value)
+        assert not table_exists(spark, f"{project.test_schema}.no_event_time")
+
+
+class TestSafeappendAlias:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"legacy.sql": model("incremental_strategy='safeappend'")}
+
+    def test_runs_as_append_if_unchanged_and_warns(self, project, spark, logs_dir):
+        run_dbt(["run"])
+        results = run_dbt(["run"])
+        assert results.results[0].adapter_response["fence_outcome"] == "committed"
+        last = history(spark, f"{project.test_schema}.legacy")[-1]
+        assert last.tag["strategy"] == "append_if_unchanged"
+        with open(f"{logs_dir}/dbt.log") as log:
+            assert "`incremental_strategy: safeappend` is deprecated" in log.read()

@@ -94,9 +94,13 @@ class FenceResult:
     outcome: Outcome
 
 
-def backoff_seconds(retry: int, rng: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with full jitter: concurrent losers spread out instead of colliding."""
-    return rng() * min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**retry)
+def backoff_seconds(
+    retry: int, attempt_seconds: float = 0.0, rng: Callable[[], float] = random.random
+) -> float:
+    """Exponential backoff with full jitter, in units of how long an attempt takes: losers
+    only stop colliding once their window is wider than one write."""
+    base = max(BACKOFF_BASE_SECONDS, attempt_seconds)
+    return rng() * min(BACKOFF_CAP_SECONDS, base * 2**retry)
 
 
 class Fence:
@@ -120,9 +124,10 @@ class Fence:
         """The write with `fence_retries`: recapture vB, recompute, try again, only while
         nothing of ours remains committed."""
         refused: list[FenceReport] = []
+        attempt_seconds = 0.0
         for retry in range(retries + 1):
             if retry:
-                delay = backoff_seconds(retry)
+                delay = backoff_seconds(retry, attempt_seconds)
                 logger.info(
                     f"fenced {state.strategy} into {state.display}: attempt {retry} refused; "
                     f"retrying from the new version in {delay:.1f}s ({retry} of {retries})"
@@ -133,9 +138,11 @@ class Fence:
                     state, read_version=latest, expected_version=latest, attempt=retry + 1
                 )
                 restage(state)
+            started = time.monotonic()
             try:
                 return self.write(state, sql)
             except FenceViolation as violation:
+                attempt_seconds = time.monotonic() - started
                 report = violation.report
                 report.earlier_attempts = refused
                 if retry == retries or not self._nothing_of_ours_remains(state, report):
@@ -214,9 +221,11 @@ class Fence:
         self._fail_after_commit(state, ours[-1] if ours else None, commits, "schema change")
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
-        self.precheck(state)
         conflict: BaseException | None = None
         with self.tagged(state, "write"), self.single_attempt():
+            # Checked last, right before the statement: the gap to the write's own snapshot
+            # is all that verification and revert still have to cover.
+            self.precheck(state)
             try:
                 self.runner.execute(sql)
             except Exception as exc:

@@ -56,9 +56,6 @@
     Model {{ model_name }}: the replace_where strategy needs `incremental_predicates`: the rows it replaces (e.g. "event_date >= date_sub(current_date(), 3)").
     Without one it would silently become an append, so this is an error.
   {%- endset %}
-  {% set missing_event_time_msg -%}
-    Model {{ model_name }}: the microbatch strategy needs `event_time`: the column that places each row in a batch.
-  {%- endset %}
 
   {%- if strategy not in strategies -%}
     {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
@@ -84,9 +81,6 @@
   {%- endif -%}
   {%- if strategy == 'merge' and not unique_key -%}
     {% do exceptions.raise_compiler_error(missing_key_msg) %}
-  {%- endif -%}
-  {%- if strategy == 'microbatch' and not config.get('event_time') -%}
-    {% do exceptions.raise_compiler_error(missing_event_time_msg) %}
   {%- endif -%}
 
   {%- if predicates is none -%}
