@@ -62,7 +62,16 @@ def writer(user_metadata) -> str:
 def race(target: str) -> Outcome:
     schema = f"demo_{target}"
     table = f"{schema}.orders"
-    dbt("build", "--full-refresh", "--vars", json.dumps({"day": 1}), target=target)
+    dbt(
+        "build",
+        "--full-refresh",
+        "--select",
+        "raw_orders",
+        "orders",
+        "--vars",
+        json.dumps({"day": 1}),
+        target=target,
+    )
     spark = spark_session()
     vb = spark.sql(f"describe history {table} limit 1").collect()[0].version
     notebook = f"update {table} set status = 'cancelled' where order_id = 1"
