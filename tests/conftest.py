@@ -65,6 +65,18 @@ def session_target(lakehouse: str, jars_cache: str) -> dict:
     }
 
 
+class StockSparkProfile:
+    """Mixin: the class's dbt commands run on stock dbt-spark, Delta, the same JVM."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, spark):
+        return stock_spark_target()
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"+file_format": "delta"}}
+
+
 def stock_spark_target() -> dict:
     """Stock dbt-spark on the same JVM (its session cursor picks up the running session)."""
     return {

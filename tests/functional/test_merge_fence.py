@@ -65,6 +65,33 @@ class TestFencedSchemaChange:
         ]
 
 
+SHRINKING = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          on_schema_change='sync_all_columns') }}
+select id {% if not var('shrink', false) %}, 'v' as val {% endif %} from range(1, 3)
+"""
+
+
+class TestFailedSchemaChangeLeavesNoConf:
+    """dbt-spark refuses to drop a Delta column mid-step; the next commit on the same
+    connection must carry neither that model's tag nor its strict retry setting."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "a_shrinking.sql": SHRINKING,
+            "b_plain.sql": "{{ config(materialized='table') }} select 1 as id",
+        }
+
+    def test_next_model_commits_untagged(self, project, spark):
+        run_dbt(["run"])
+        results = run_dbt(["run", "--vars", json.dumps({"shrink": True})], expect_pass=False)
+        status = {r.node.name: str(r.status) for r in results.results}
+        assert status == {"a_shrinking": "error", "b_plain": "success"}
+        last = history(spark, f"{project.test_schema}.b_plain")[-1]
+        assert last.user_metadata is None
+
+
 class TestRevertAfterCommit:
     """The gap between the pre-check and the MERGE's own snapshot, made deterministic:
     the foreign commit lands just before our MERGE statement starts."""
@@ -146,3 +173,58 @@ class TestRevertAfterCommit:
         assert f"written as v{vb + 2} and NOT reverted" in message
         assert f"RESTORE TABLE {table} TO VERSION AS OF {vb + 1}" in message
         assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (2, "later")]
+
+
+class TestRetries:
+    """fence_retries at the protocol level, with a foreign commit before every write."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"target.sql": "{{ config(materialized='table') }} select 1 as id, 'a' as v"}
+
+    class RaceEveryWrite(FenceSql):
+        def __init__(self, connections, writer, table, also_after=False):
+            super().__init__(connections)
+            self.writer, self.table, self.also_after = writer, table, also_after
+            self.fired = 0
+
+        def execute(self, sql):
+            if sql.lstrip().lower().startswith("insert into"):
+                self.fired += 1
+                self.writer.sql(f"insert into {self.table} values ({100 + self.fired}, 'x')")
+                super().execute(sql)
+                if self.also_after:
+                    self.writer.sql(f"insert into {self.table} values (200, 'later')")
+                return
+            super().execute(sql)
+
+    def run(self, project, spark, retries, also_after=False):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.target"
+        vb = history(spark, table)[-1].version
+        runner = self.RaceEveryWrite(
+            project.adapter.connections, ForeignWriter(spark), table, also_after
+        )
+        fence = Fence(runner, project.adapter.connections.single_attempt, sleep=lambda _: None)
+        state = FenceState(table, table, "append_if_unchanged", vb, vb, "inv-r", "model.t")
+        with (
+            project.adapter.connection_named("retries"),
+            pytest.raises(FenceViolation) as raised,
+        ):
+            fence.run(state, f"insert into {table} values (1, 'ours')", retries=retries)
+        return raised.value, runner, table
+
+    def test_exhausted_retries_list_every_attempt(self, project, spark):
+        violation, runner, table = self.run(project, spark, retries=2)
+        assert runner.fired == 3
+        text = str(violation)
+        assert "attempts: 3 (fence_retries: 2), all refused:" in text
+        assert text.count("written and reverted") == 3
+        assert rows(spark, f"select count(*) from {table} where v = 'ours'") == [(0,)]
+        assert rows(spark, f"select count(*) from {table} where v = 'x'") == [(3,)]
+
+    def test_no_retry_when_a_commit_of_ours_remains(self, project, spark):
+        violation, runner, table = self.run(project, spark, retries=3, also_after=True)
+        assert runner.fired == 1  # stopped at once: our commit could not be reverted
+        assert violation.report.outcome == Outcome.NOT_REVERTED
+        assert rows(spark, f"select count(*) from {table} where v = 'ours'") == [(1,)]

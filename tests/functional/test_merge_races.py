@@ -10,7 +10,7 @@ import json
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.conftest import stock_spark_target
+from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
 
 ORDERS = """
@@ -158,16 +158,8 @@ class TestFencedMerge(MergeRaceBase):
         assert rows(spark, f"select status from {table} where id = 1") == [("shipped",)]
 
 
-class TestStockSparkLosesTheUpdate(MergeRaceBase):
+class TestStockSparkLosesTheUpdate(StockSparkProfile, MergeRaceBase):
     """The control: the same race (b) against stock dbt-spark succeeds and loses the update."""
-
-    @pytest.fixture(scope="class")
-    def dbt_profile_target(self, spark):
-        return stock_spark_target()
-
-    @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+file_format": "delta"}}
 
     def test_race_b_stock_dbt_spark_silently_overwrites(self, project, spark, table):
         vb = history(spark, table)[-1].version

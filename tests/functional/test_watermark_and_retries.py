@@ -10,7 +10,7 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.history import parse_history
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
-from tests.conftest import stock_spark_target
+from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
 
 WATERMARK = """
@@ -50,22 +50,8 @@ class WatermarkBase:
         run_dbt(["run", "--full-refresh"])
         return f"{project.test_schema}.events"
 
-
-class TestStockWatermarkUnderTheSameRace(WatermarkBase):
-    """The control. With the watermark inside the INSERT, Delta 4.4 registers the self-read,
-    so stock dbt-spark is refused too: by Delta's bare ConcurrentAppendException ("please
-    retry"), with no word on what landed. Stock can only duplicate when the watermark is read
-    outside the write statement (a compile-time run_query; see docs/limits.md)."""
-
-    @pytest.fixture(scope="class")
-    def dbt_profile_target(self, spark):
-        return stock_spark_target()
-
-    @pytest.fixture(scope="class")
-    def project_config_update(self):
-        return {"models": {"+file_format": "delta"}}
-
-    def test_stock_append_is_refused_by_delta_without_explanation(self, project, spark):
+    def raced_run(self, project, spark):
+        """The slowed append under the double-fired job; proves the foreign commit landed."""
         table = self.start(project)
         vb = history(spark, table)[-1].version
         results = race_during_write(
@@ -77,25 +63,24 @@ class TestStockWatermarkUnderTheSameRace(WatermarkBase):
         )
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None
-        message = results.results[0].message
+        return table, vb, results.results[0].message
+
+
+class TestStockWatermarkUnderTheSameRace(StockSparkProfile, WatermarkBase):
+    """The control. With the watermark inside the INSERT, Delta 4.4 registers the self-read,
+    so stock dbt-spark is refused too: by Delta's bare ConcurrentAppendException ("please
+    retry"), with no word on what landed. Stock can only duplicate when the watermark is read
+    outside the write statement (a compile-time run_query; see docs/limits.md)."""
+
+    def test_stock_append_is_refused_by_delta_without_explanation(self, project, spark):
+        table, _, message = self.raced_run(project, spark)
         assert "ConcurrentAppendException" in message and "Please retry" in message
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
 class TestFencedWatermark(WatermarkBase):
     def test_fenced_append_refuses_then_rerun_is_exact(self, project, spark):
-        table = self.start(project)
-        vb = history(spark, table)[-1].version
-        results = race_during_write(
-            spark,
-            table,
-            lambda: run_dbt(
-                ["run", "--vars", json.dumps({"hi": 5, "slow_ms": 4000})], expect_pass=False
-            ),
-        )
-        after = [e for e in history(spark, table) if e.version > vb]
-        assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None
-        message = results.results[0].message
+        table, vb, message = self.raced_run(project, spark)
         assert "DELTA_MAX_COMMIT_RETRIES_EXCEEDED" in message and "Please retry" not in message
         assert f"v{vb + 1} WRITE" in message and "never written" in message
 

@@ -51,3 +51,21 @@ def test_first_lines_drops_the_jvm_stack():
 
 def test_set_conf_quotes_backticks():
     assert set_conf_sql("k", "a`b;c") == "SET k=`a``b;c`"
+
+
+def test_every_attempt_is_listed():
+    first = report(Outcome.NEVER_WRITTEN)
+    second = FenceReport(
+        "merge",
+        "analytics.orders",
+        13,
+        Outcome.REVERTED,
+        [Commit(15, "WRITE", 14, None)],
+        our_version=14,
+        revert_version=16,
+    )
+    second.earlier_attempts = [first]
+    text = second.message()
+    assert "attempts: 2 (fence_retries: 1), all refused:" in text
+    assert "1. read v12; v13 UPDATE landed; never written" in text
+    assert "2. read v13; v15 WRITE landed; written and reverted" in text

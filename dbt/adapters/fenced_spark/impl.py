@@ -79,6 +79,8 @@ class FencedSparkAdapter(SparkAdapter):
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
         # dbt never applies AdapterSpecificConfigs defaults, so delta is made the default here,
         # once, for every materialization that reads file_format.
+        # A step a failed model left open (a compile error mid-schema-change) ends here.
+        self._steps.state = None
         node = getattr(config, "model", None)
         if node is not None and node.config.get("file_format") is None:
             node.config["file_format"] = "delta"
@@ -99,18 +101,21 @@ class FencedSparkAdapter(SparkAdapter):
     def execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
-        # Inside a fenced step (the schema change), a Delta conflict becomes a fence
-        # violation and the step's confs never outlive a failed statement.
+        # Inside a fenced step (the schema change) each statement is tagged and strict, the
+        # confs are set around that one statement only, and a Delta conflict becomes a fence
+        # violation.
         step: FenceState | None = getattr(self._steps, "state", None)
         if step is None:
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+        fence = self._fence()
         try:
-            return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+            with fence.tagged(step, "schema_change"):
+                return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         except Exception as exc:
-            self._end_step()
             if conflict_name(exc) is None:
                 raise
-            self._fence().precheck(step)
+            self._steps.state = None
+            fence.precheck(step)
             raise
 
     # Fence steps, called by the incremental materialization -------------------------------
@@ -130,22 +135,15 @@ class FencedSparkAdapter(SparkAdapter):
     @available
     def fence_schema_change_begin(self, fence: dict[str, Any]) -> str:
         state = FenceState.from_dict(fence)
-        guard = self._fence()
-        guard.precheck(state)
-        guard.tag_on(state, "schema_change")
+        self._fence().precheck(state)
         self._steps.state = state
         return ""
 
     @available
     def fence_schema_change_end(self) -> dict[str, Any]:
-        state = self._end_step()
-        return self._fence().after_schema_change(state).to_dict()
-
-    def _end_step(self) -> FenceState:
         state: FenceState = self._steps.state
         self._steps.state = None
-        self._fence().tag_off(state)
-        return state
+        return self._fence().after_schema_change(state).to_dict()
 
     @available
     def fence_write(

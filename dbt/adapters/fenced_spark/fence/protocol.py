@@ -144,9 +144,12 @@ class Fence:
             except FenceViolation as violation:
                 attempt_seconds = time.monotonic() - started
                 report = violation.report
-                report.earlier_attempts = refused
                 if retry == retries or not self._nothing_of_ours_remains(state, report):
-                    raise
+                    if not refused:
+                        raise
+                    # The message is built with the report: rebuild it to list every attempt.
+                    report.earlier_attempts = refused
+                    raise FenceViolation(report) from violation
                 refused = [*refused, report]
         raise AssertionError("the loop always returns or raises")
 
@@ -270,48 +273,39 @@ class Fence:
         cause = f"{check}: expected {expectation}, found {found}"
         if our is None:
             self._fail(state, Outcome.NEVER_WRITTEN, landed, cause=cause)
-        # Everything of ours since vB goes: restore to just before our first commit.
-        first_ours = min(
-            c.version for c in commits if c.tag is not None and state.tag("x").same_run(c.tag)
-        )
-        latest = self.latest_version(state.table)
-        if latest != our.version:
+
+        def not_reverted(reason: str) -> NoReturn:
             self._fail(
                 state,
                 Outcome.NOT_REVERTED,
                 landed,
                 cause=cause,
                 our_version=our.version,
-                revert_error=f"v{latest} landed after it, so a RESTORE would undo that too",
+                revert_error=reason,
             )
+
+        # Everything of ours since vB goes: restore to just before our first commit.
+        own = state.tag("write")
+        first_ours = min(c.version for c in commits if own.same_run(c.tag))
+        latest = self.latest_version(state.table)
+        if latest != our.version:
+            not_reverted(f"v{latest} landed after it, so a RESTORE would undo that too")
         try:
             with self.tagged(state, "revert"):
                 self.runner.execute(
                     f"RESTORE TABLE {state.table} TO VERSION AS OF {first_ours - 1}"
                 )
         except Exception as exc:
-            self._fail(
-                state,
-                Outcome.NOT_REVERTED,
-                landed,
-                cause=cause,
-                our_version=our.version,
-                revert_error=f"the RESTORE failed: {str(exc).splitlines()[0][:300]}",
-            )
+            not_reverted(f"the RESTORE failed: {str(exc).splitlines()[0][:300]}")
         restores = [
             c
             for c in self.commits_since(state.table, our.version)
-            if c.tag is not None and state.tag("revert").same_run(c.tag) and c.tag.step == "revert"
+            if own.same_run(c.tag) and c.tag is not None and c.tag.step == "revert"
         ]
         if not restores or restores[-1].read_version != our.version:
-            self._fail(
-                state,
-                Outcome.NOT_REVERTED,
-                landed,
-                cause=cause,
-                our_version=our.version,
-                revert_error="the RESTORE did not start from our commit; a commit that "
-                "landed just before it may have been rolled back as well",
+            not_reverted(
+                "the RESTORE did not start from our commit; a commit that landed just "
+                "before it may have been rolled back as well"
             )
         self._fail(
             state,

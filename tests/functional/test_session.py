@@ -1,0 +1,75 @@
+"""The embedded session: delta by default, isolated connections, dbt debug."""
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+
+from tests.functional.lakehouse import rows
+
+
+class TestDeltaIsTheDefault:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "plain_table.sql": "{{ config(materialized='table') }} select 1 as id",
+            "plain_incremental.sql": "{{ config(materialized='incremental') }} select 1 as id",
+        }
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"plain_seed.csv": "id\n1\n"}
+
+    def test_every_materialization_writes_delta(self, project, spark):
+        run_dbt(["seed"])
+        run_dbt(["run"])
+        for name in ("plain_table", "plain_incremental", "plain_seed"):
+            detail = spark.sql(f"describe detail {project.test_schema}.{name}").first()
+            assert detail.format == "delta", name
+
+
+class TestConnectionsAreIsolated:
+    def test_confs_and_temp_views_stay_in_their_connection(self, project):
+        adapter = project.adapter
+        with adapter.connection_named("first"):
+            adapter.execute("SET spark.databricks.delta.commitInfo.userMetadata=mine")
+            adapter.execute("create temporary view only_here as select 1 as id")
+            first = adapter.connections.get_thread_connection().handle
+        with adapter.connection_named("second"):
+            _, table = adapter.execute(
+                "SET spark.databricks.delta.commitInfo.userMetadata", fetch=True
+            )
+            assert table.rows[0][1] in ("<undefined>", None, "")
+            _, views = adapter.execute("show views like 'only_here'", fetch=True)
+            assert len(views.rows) == 0
+            second = adapter.connections.get_thread_connection().handle
+        assert first.handle.spark is not second.handle.spark
+
+
+class TestDebug:
+    def test_dbt_debug_reports_spark_and_delta(self, project):
+        _, output = run_dbt_and_capture(["debug"])
+        assert "All checks passed" in output
+        assert "Spark 4.1" in output and "Delta Lake 4." in output
+
+
+class TestReplaceWhereRowsOutsideThePredicate:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "outside.sql": """
+{{ config(materialized='incremental', incremental_strategy='replace_where',
+          incremental_predicates=["day >= 2"]) }}
+select cast(id as int) as day from range(0, 4)
+{% if is_incremental() %} where id >= {{ var('from', 2) }} {% endif %}
+"""
+        }
+
+    def test_refused_by_delta_with_the_model_named_and_nothing_written(self, project, spark):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.outside"
+        before = spark.sql(f"describe history {table}").count()
+        results = run_dbt(["run", "--vars", "{from: 1}"], expect_pass=False)
+        message = results.results[0].message
+        assert "model.test.outside" in message and "nothing was written" in message
+        assert "DELTA_REPLACE_WHERE_MISMATCH" in message
+        assert spark.sql(f"describe history {table}").count() == before
+        assert rows(spark, f"select day from {table} order by day") == [(0,), (1,), (2,), (3,)]
