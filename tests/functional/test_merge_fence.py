@@ -23,6 +23,27 @@ select id, 'v' as val {% if var('grow', false) %}, 'new' as extra {% endif %} fr
 """
 
 
+class ForeignAroundWrite(FenceSql):
+    """The fence's runner with another writer committing right before our write statement
+    starts (after the pre-check), and optionally right after it lands; `times` caps it."""
+
+    def __init__(self, connections, writer, before, after=None, times=None):
+        super().__init__(connections)
+        self.writer, self.before, self.after, self.times = writer, before, after, times
+        self.fired = 0
+
+    def execute(self, sql):
+        is_write = sql.lstrip().lower().startswith(("merge", "insert into"))
+        if not is_write or (self.times is not None and self.fired >= self.times):
+            super().execute(sql)
+            return
+        self.fired += 1
+        self.writer.sql(self.before(self.fired))
+        super().execute(sql)
+        if self.after:
+            self.writer.sql(self.after)
+
+
 class TestFourThreads:
     @pytest.fixture(scope="class")
     def models(self):
@@ -92,35 +113,40 @@ class TestFailedSchemaChangeLeavesNoConf:
         assert last.user_metadata is None
 
 
-class TestRevertAfterCommit:
-    """The gap between the pre-check and the MERGE's own snapshot, made deterministic:
-    the foreign commit lands just before our MERGE statement starts."""
+class OneRowTarget:
+    """A one-row Delta table, rebuilt per test; the fence is then driven directly."""
 
     @pytest.fixture(scope="class")
     def models(self):
         return {"target.sql": "{{ config(materialized='table') }} select 1 as id, 'a' as v"}
 
-    class RaceBeforeWrite(FenceSql):
-        def __init__(self, connections, foreign_sql, also_after=None):
-            super().__init__(connections)
-            self.foreign_sql = foreign_sql
-            self.also_after = also_after
-            self.writer = None
+    def fresh_target(self, project, spark):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.target"
+        return table, history(spark, table)[-1].version
 
-        def execute(self, sql):
-            if sql.lstrip().lower().startswith("merge") and self.foreign_sql:
-                self.writer.sql(self.foreign_sql)
-                self.foreign_sql = None
-                super().execute(sql)
-                if self.also_after:
-                    self.writer.sql(self.also_after)
-                return
-            super().execute(sql)
 
-    def fence(self, project, spark, foreign_sql, also_after=None):
-        runner = self.RaceBeforeWrite(project.adapter.connections, foreign_sql, also_after)
-        runner.writer = ForeignWriter(spark)
-        return Fence(runner, project.adapter.connections.single_attempt)
+class TestRevertAfterCommit(OneRowTarget):
+    """The gap between the pre-check and the MERGE's own snapshot, made deterministic:
+    the foreign commit lands just before our MERGE statement starts."""
+
+    def refused_write(self, project, spark, foreign_sql, also_after=None):
+        """Our MERGE through the fence, with `foreign_sql` landing just before it starts."""
+        table, vb = self.fresh_target(project, spark)
+        runner = ForeignAroundWrite(
+            project.adapter.connections,
+            ForeignWriter(spark),
+            before=lambda _: foreign_sql.format(t=table),
+            after=also_after and also_after.format(t=table),
+            times=1,
+        )
+        fence = Fence(runner, project.adapter.connections.single_attempt)
+        with (
+            project.adapter.connection_named("revert"),
+            pytest.raises(FenceViolation) as raised,
+        ):
+            fence.write(self.state(project, vb), self.merge_sql(table))
+        return table, vb, raised.value
 
     def state(self, project, vb):
         table = f"{project.test_schema}.target"
@@ -133,77 +159,42 @@ class TestRevertAfterCommit:
         )
 
     def test_violation_after_commit_is_reverted(self, project, spark):
-        run_dbt(["run"])
-        table = f"{project.test_schema}.target"
-        vb = history(spark, table)[-1].version
-        fence = self.fence(project, spark, f"update {table} set v = 'foreign'")
-        with (
-            project.adapter.connection_named("revert"),
-            pytest.raises(FenceViolation) as raised,
-        ):
-            fence.write(self.state(project, vb), self.merge_sql(table))
+        table, vb, violation = self.refused_write(project, spark, "update {t} set v = 'foreign'")
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "RESTORE"]
         assert after[1].read_version == vb + 1  # our MERGE started after the foreign commit
         assert after[2].tag["step"] == "revert" and after[2].read_version == after[1].version
-        report = raised.value.report
+        report = violation.report
         assert report.outcome == Outcome.REVERTED and report.revert_version == after[2].version
-        assert "then reverted by RESTORE" in str(raised.value)
+        assert "then reverted by RESTORE" in str(violation)
         assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
 
     def test_violation_with_a_later_commit_is_not_reverted_and_says_so(self, project, spark):
-        run_dbt(["run"])
-        table = f"{project.test_schema}.target"
-        vb = history(spark, table)[-1].version
-        fence = self.fence(
+        table, vb, violation = self.refused_write(
             project,
             spark,
-            f"update {table} set v = 'foreign'",
-            also_after=f"insert into {table} values (2, 'later')",
+            "update {t} set v = 'foreign'",
+            also_after="insert into {t} values (2, 'later')",
         )
-        with (
-            project.adapter.connection_named("revert"),
-            pytest.raises(FenceViolation) as raised,
-        ):
-            fence.write(self.state(project, vb), self.merge_sql(table))
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE"]
-        assert raised.value.report.outcome == Outcome.NOT_REVERTED
-        message = str(raised.value)
+        assert violation.report.outcome == Outcome.NOT_REVERTED
+        message = str(violation)
         assert f"written as v{vb + 2} and NOT reverted" in message
         assert f"RESTORE TABLE {table} TO VERSION AS OF {vb + 1}" in message
         assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (2, "later")]
 
 
-class TestRetries:
+class TestRetries(OneRowTarget):
     """fence_retries at the protocol level, with a foreign commit before every write."""
 
-    @pytest.fixture(scope="class")
-    def models(self):
-        return {"target.sql": "{{ config(materialized='table') }} select 1 as id, 'a' as v"}
-
-    class RaceEveryWrite(FenceSql):
-        def __init__(self, connections, writer, table, also_after=False):
-            super().__init__(connections)
-            self.writer, self.table, self.also_after = writer, table, also_after
-            self.fired = 0
-
-        def execute(self, sql):
-            if sql.lstrip().lower().startswith("insert into"):
-                self.fired += 1
-                self.writer.sql(f"insert into {self.table} values ({100 + self.fired}, 'x')")
-                super().execute(sql)
-                if self.also_after:
-                    self.writer.sql(f"insert into {self.table} values (200, 'later')")
-                return
-            super().execute(sql)
-
     def run(self, project, spark, retries, also_after=False):
-        run_dbt(["run"])
-        table = f"{project.test_schema}.target"
-        vb = history(spark, table)[-1].version
-        runner = self.RaceEveryWrite(
-            project.adapter.connections, ForeignWriter(spark), table, also_after
+        table, vb = self.fresh_target(project, spark)
+        runner = ForeignAroundWrite(
+            project.adapter.connections,
+            ForeignWriter(spark),
+            before=lambda fired: f"insert into {table} values ({100 + fired}, 'x')",
+            after=also_after and f"insert into {table} values (200, 'later')",
         )
         fence = Fence(runner, project.adapter.connections.single_attempt, sleep=lambda _: None)
         state = FenceState(table, table, "append_if_unchanged", vb, vb, "inv-r", "model.t")
@@ -217,6 +208,9 @@ class TestRetries:
     def test_exhausted_retries_list_every_attempt(self, project, spark):
         violation, runner, table = self.run(project, spark, retries=2)
         assert runner.fired == 3
+        foreign = [e for e in history(spark, table) if e.operation == "WRITE" and e.tag is None]
+        assert len(foreign) == 3  # the race fired before each of the three attempts
+        assert [e.tag["attempt"] for e in ours(history(spark, table))] == [1, 2, 3]
         text = str(violation)
         assert "attempts: 3 (fence_retries: 2), all refused:" in text
         assert text.count("written and reverted") == 3
@@ -226,5 +220,7 @@ class TestRetries:
     def test_no_retry_when_a_commit_of_ours_remains(self, project, spark):
         violation, runner, table = self.run(project, spark, retries=3, also_after=True)
         assert runner.fired == 1  # stopped at once: our commit could not be reverted
+        foreign = [e for e in history(spark, table) if e.operation == "WRITE" and e.tag is None]
+        assert len(foreign) == 2  # before our write, and on top of it
         assert violation.report.outcome == Outcome.NOT_REVERTED
         assert rows(spark, f"select count(*) from {table} where v = 'ours'") == [(1,)]

@@ -125,8 +125,22 @@ class FencedSparkAdapter(SparkAdapter):
         return self._fence().latest_version(relation.fence_name)
 
     @available
-    def fence_pin_reads(self, sql: str, relation: FencedSparkRelation, version: int) -> str:
-        return pin_self_reads(sql, str(relation.schema), str(relation.identifier), int(version))
+    def fence_stage(
+        self,
+        relation: FencedSparkRelation,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        version: int,
+    ) -> str:
+        """The model SQL, its self-reads pinned to `version`, in the run's temp view."""
+        pinned = pin_self_reads(
+            compiled_code, str(relation.schema), str(relation.identifier), int(version)
+        )
+        view_sql = self.execute_macro(
+            "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
+        )
+        FenceSql(self.connections).execute(str(view_sql))
+        return ""
 
     @available
     def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
@@ -159,11 +173,7 @@ class FencedSparkAdapter(SparkAdapter):
 
         def restage(new: FenceState) -> None:
             # A retry recomputes from the new vB: same staging view, pinned anew.
-            pinned = self.fence_pin_reads(compiled_code, relation, new.read_version)
-            view_sql = self.execute_macro(
-                "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
-            )
-            FenceSql(self.connections).execute(str(view_sql))
+            self.fence_stage(relation, staging, compiled_code, new.read_version)
 
         try:
             result = self._fence().run(state, sql, retries=int(retries), restage=restage)
@@ -182,12 +192,12 @@ class FencedSparkAdapter(SparkAdapter):
         if result.outcome == Outcome.COMMITTED:
             logger.info(
                 f"fenced {state.strategy} into {state.display}: "
-                f"read v{state.read_version} -> committed v{result.commit_version}"
+                f"read v{result.read_version} -> committed v{result.commit_version}"
             )
         else:
             logger.info(
                 f"fenced {state.strategy} into {state.display}: "
-                f"read v{state.read_version}, no change, nothing committed"
+                f"read v{result.read_version}, no change, nothing committed"
             )
         return FencedAdapterResponse(
             _message=f"{state.strategy.upper()} {result.outcome.value}",

@@ -173,28 +173,32 @@ class Fence:
                 return [c for c in commits if c.version > version]
             limit *= 4
 
-    def tag_on(self, state: FenceState, step: str) -> None:
-        self.runner.execute(set_conf_sql(USER_METADATA, state.tag(step).to_json()))
-        if state.strict:
-            self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
-
-    def tag_off(self, state: FenceState) -> None:
-        self.runner.execute(f"RESET {USER_METADATA}")
-        if state.strict:
-            self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
-
     @contextmanager
     def tagged(self, state: FenceState, step: str) -> Iterator[None]:
         """The conf that tags our commit is set only around our own statements."""
-        self.tag_on(state, step)
+        self.runner.execute(set_conf_sql(USER_METADATA, state.tag(step).to_json()))
+        if state.strict:
+            self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
         try:
             yield
         finally:
-            self.tag_off(state)
+            self.runner.execute(f"RESET {USER_METADATA}")
+            if state.strict:
+                self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
+
+    @staticmethod
+    def ours(state: FenceState, commits: list[Commit], step: str | None = None) -> list[Commit]:
+        """This invocation's, node's and attempt's commits; of one step when `step` is given."""
+        own = state.tag(step or "write")
+        return [
+            c
+            for c in commits
+            if c.tag is not None and own.same_run(c.tag) and step in (None, c.tag.step)
+        ]
 
     def foreign(self, state: FenceState, commits: list[Commit]) -> list[Commit]:
-        own = state.tag("any")
-        return [c for c in commits if not own.same_run(c.tag)]
+        mine = self.ours(state, commits)
+        return [c for c in commits if c not in mine]
 
     def precheck(self, state: FenceState) -> None:
         latest = self.latest_version(state.table)
@@ -213,14 +217,12 @@ class Fence:
         commits = self.commits_since(state.table, state.read_version)
         expected = state.read_version
         for commit in commits:
-            if commit.tag is None or not state.tag("schema_change").same_run(commit.tag):
-                break
-            if commit.read_version != expected:
+            if not self.ours(state, [commit]) or commit.read_version != expected:
                 break
             expected = commit.version
         else:
             return replace(state, expected_version=expected)
-        ours = [c for c in commits if not self.foreign(state, [c])]
+        ours = self.ours(state, commits)
         self._fail_after_commit(state, ours[-1] if ours else None, commits, "schema change")
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
@@ -236,11 +238,7 @@ class Fence:
                     raise
                 conflict = exc
         commits = self.commits_since(state.table, state.read_version)
-        ours = [
-            c
-            for c in commits
-            if c.tag is not None and state.tag("write").same_run(c.tag) and c.tag.step == "write"
-        ]
+        ours = self.ours(state, commits, "write")
         if not ours:
             if conflict is not None:
                 self._fail(
@@ -285,8 +283,7 @@ class Fence:
             )
 
         # Everything of ours since vB goes: restore to just before our first commit.
-        own = state.tag("write")
-        first_ours = min(c.version for c in commits if own.same_run(c.tag))
+        first_ours = min(c.version for c in self.ours(state, commits))
         latest = self.latest_version(state.table)
         if latest != our.version:
             not_reverted(f"v{latest} landed after it, so a RESTORE would undo that too")
@@ -297,11 +294,7 @@ class Fence:
                 )
         except Exception as exc:
             not_reverted(f"the RESTORE failed: {str(exc).splitlines()[0][:300]}")
-        restores = [
-            c
-            for c in self.commits_since(state.table, our.version)
-            if own.same_run(c.tag) and c.tag is not None and c.tag.step == "revert"
-        ]
+        restores = self.ours(state, self.commits_since(state.table, our.version), "revert")
         if not restores or restores[-1].read_version != our.version:
             not_reverted(
                 "the RESTORE did not start from our commit; a commit that landed just "

@@ -30,7 +30,7 @@
     {{ return(fence) }}
   {%- endif -%}
   {%- do adapter.fence_schema_change_begin(fence) -%}
-  {%- do process_schema_changes(on_schema_change, staging, existing_relation) -%}
+  {%- do sync_column_schemas(on_schema_change, existing_relation, changes) -%}
   {{ return(adapter.fence_schema_change_end()) }}
 {% endmacro %}
 
@@ -50,9 +50,7 @@
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- call statement('fence_stage') -%}
-    {{ create_table_as(True, staging, adapter.fence_pin_reads(compiled_code, this, read_version)) }}
-  {%- endcall -%}
+  {%- do adapter.fence_stage(this, staging, compiled_code, read_version) -%}
 
   {#-- 3. schema changes commit first, fenced --#}
   {%- set fence = fence_schema_changes(fence, settings.on_schema_change, staging, existing_relation) -%}
