@@ -10,29 +10,51 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test unit functional lint format clean
+.PHONY: setup demo test unit functional thrift conformance lint format clean
 
 setup: $(STAMP)
 
 $(STAMP): setup.py requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e . -r requirements-dev.txt
+	$(PY) -m pip install --quiet -e '.[thrift]' -r requirements-dev.txt
 	touch $(STAMP)
 
 demo: setup
 	$(PY) integration_projects/lakehouse_orders/race_demo.py
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
+define pytest
+	$(PY) -m pytest $(1); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: $(1)" >&2; exit 1; fi; exit $$rc
+endef
+
+# The fence tests that also run over a Spark Thrift Server in `make test`.
+THRIFT_TESTS := tests/functional/test_thrift_fence.py tests/functional/test_merge_races.py
+
+# Everything on the embedded session, then the fence over thrift (one server, started once).
 test: setup lint
-	$(PY) -m pytest tests -q -ra --durations=15; rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(call pytest,tests -q -ra --durations=15)
+	$(call pytest,$(THRIFT_TESTS) --profile thrift -q -ra)
 
 unit: setup
-	$(PY) -m pytest tests/unit -q
+	$(call pytest,tests/unit -q)
 
 functional: setup
-	$(PY) -m pytest tests/functional -q -ra
+	$(call pytest,tests/functional -q -ra)
+
+thrift: setup
+	$(call pytest,tests/functional --profile thrift -q -ra)
+
+# dbt's adapter tests on both profiles; regenerates docs/conformance.md from the two runs.
+conformance: setup
+	mkdir -p .cache/conformance
+	-$(PY) -m pytest tests/conformance --profile session -q -ra \
+	  --junitxml=.cache/conformance/session.xml
+	-$(PY) -m pytest tests/conformance --profile thrift -q -ra \
+	  --junitxml=.cache/conformance/thrift.xml
+	$(PY) -m tests.conformance.report --command "make conformance" \
+	  .cache/conformance/session.xml .cache/conformance/thrift.xml
 
 lint: setup
 	$(VENV)/bin/ruff check .

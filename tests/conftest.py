@@ -1,4 +1,5 @@
-"""One embedded Spark + Delta JVM for the whole pytest process; profiles are chosen here."""
+"""Profiles are chosen here: one embedded Spark + Delta JVM, or one Spark Thrift Server,
+for the whole pytest process."""
 
 import os
 
@@ -9,10 +10,37 @@ pytest_plugins = ["dbt.tests.fixtures.project"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+PROFILES = ("session", "thrift")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--profile", action="store", default="session", help="session (embedded) or thrift"
+        "--profile",
+        action="store",
+        default="session",
+        choices=PROFILES,
+        help="session: embedded Spark + Delta; thrift: a Spark Thrift Server started for the run",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "skip_profile(*profiles, reason): skip on these profiles, for this reason"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    profile = config.getoption("--profile")
+    for item in items:
+        for marker in item.iter_markers("skip_profile"):
+            reason = marker.kwargs.get("reason")
+            if not reason:
+                raise pytest.UsageError(f"{item.nodeid}: skip_profile needs a written reason")
+            unknown = set(marker.args) - set(PROFILES)
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid}: unknown profiles {sorted(unknown)}")
+            if profile in marker.args:
+                item.add_marker(pytest.mark.skip(reason=f"{profile}: {reason}"))
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +59,12 @@ def jars_cache() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(lakehouse: str, jars_cache: str):
-    """The process's root session; tests take `newSession()`s of it as foreign writers."""
+def spark(dbt_profile_name: str, request: pytest.FixtureRequest):
+    """The lakehouse as tests read and race it: the embedded JVM's root session, or a plain
+    SQL client of the Thrift server. Foreign writers are its `newSession()`s."""
+    if dbt_profile_name == "thrift":
+        return request.getfixturevalue("thrift_server").client()
+
     from dbt.adapters.fenced_spark import session
     from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 
@@ -40,49 +72,71 @@ def spark(lakehouse: str, jars_cache: str):
     # foreign writer's job run meanwhile instead of queueing behind ours.
     creds = FencedSparkCredentials(
         schema="default",
-        folder=lakehouse,
-        jars_cache=jars_cache,
+        folder=request.getfixturevalue("lakehouse"),
+        jars_cache=request.getfixturevalue("jars_cache"),
         server_side_parameters={"spark.master": "local[6]"},
     )
     return session.root_session(creds)
 
 
+@pytest.fixture(scope="session")
+def thrift_server(tmp_path_factory: pytest.TempPathFactory, jars_cache: str):
+    """One Spark Thrift Server (its own JVM, metastore and warehouse) for the whole run."""
+    from tests import thrift_server
+
+    server = thrift_server.start(str(tmp_path_factory.mktemp("thrift")), jars_cache)
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="class")
-def dbt_profile_target(dbt_profile_name: str, lakehouse: str, jars_cache: str, spark):
-    if dbt_profile_name == "session":
-        return session_target(lakehouse, jars_cache)
-    raise pytest.UsageError(f"unknown --profile {dbt_profile_name}")
+def dbt_profile_target(request: pytest.FixtureRequest) -> dict:
+    return profile_target(request)
 
 
-def session_target(lakehouse: str, jars_cache: str) -> dict:
+def profile_target(request: pytest.FixtureRequest, adapter: str = "fenced_spark") -> dict:
+    """The target of the chosen profile; `adapter="spark"` gives stock dbt-spark on the same
+    JVM or server."""
+    if request.config.getoption("--profile") == "thrift":
+        server = request.getfixturevalue("thrift_server")
+        return {
+            "type": adapter,
+            "method": "thrift",
+            "host": server.host,
+            "port": server.port,
+            "user": "dbt",
+            "schema": "analytics",
+            "connect_retries": 3,
+            "connect_timeout": 5,
+            "threads": 1,
+        }
+    request.getfixturevalue("spark")
+    if adapter == "spark":
+        # Stock dbt-spark's session cursor picks up the running session.
+        return {
+            "type": "spark",
+            "method": "session",
+            "host": "localhost",
+            "schema": "analytics",
+            "threads": 1,
+        }
     return {
         "type": "fenced_spark",
         "method": "session",
         "schema": "analytics",
-        "folder": lakehouse,
-        "jars_cache": jars_cache,
+        "folder": request.getfixturevalue("lakehouse"),
+        "jars_cache": request.getfixturevalue("jars_cache"),
         "threads": 1,
     }
 
 
 class StockSparkProfile:
-    """Mixin: the class's dbt commands run on stock dbt-spark, Delta, the same JVM."""
+    """Mixin: the class's dbt commands run on stock dbt-spark, Delta, the same JVM or server."""
 
     @pytest.fixture(scope="class")
-    def dbt_profile_target(self, spark):
-        return stock_spark_target()
+    def dbt_profile_target(self, request: pytest.FixtureRequest) -> dict:
+        return profile_target(request, adapter="spark")
 
     @pytest.fixture(scope="class")
     def project_config_update(self):
         return {"models": {"+file_format": "delta"}}
-
-
-def stock_spark_target() -> dict:
-    """Stock dbt-spark on the same JVM (its session cursor picks up the running session)."""
-    return {
-        "type": "spark",
-        "method": "session",
-        "host": "localhost",
-        "schema": "analytics",
-        "threads": 1,
-    }

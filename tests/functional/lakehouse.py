@@ -7,6 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+from dbt.tests.util import run_dbt
+
 
 @dataclass
 class HistoryEntry:
@@ -42,7 +45,8 @@ def rows(spark, sql: str) -> list[tuple]:
 
 
 class ForeignWriter:
-    """Another writer in the same JVM: its own SparkSession, optionally its own thread."""
+    """Another writer in the same JVM: its own SparkSession (or its own client of the Thrift
+    server), optionally its own thread."""
 
     def __init__(self, spark) -> None:
         self.session = spark.newSession()
@@ -78,14 +82,36 @@ class ForeignWriter:
 
 def long_spark_job(spark, seconds: float = 1.0) -> Callable[[], bool]:
     """True once some Spark job has been running for `seconds`: the slowed-down write."""
-    tracker = spark.sparkContext.statusTracker()
+    if hasattr(spark, "active_job_ids"):  # a Thrift server's client
+        active_job_ids = spark.active_job_ids
+    else:
+        tracker = spark.sparkContext.statusTracker()
+
+        def active_job_ids() -> set[int]:
+            return set(tracker.getActiveJobsIds())
+
     first_seen: dict[int, float] = {}
 
     def check() -> bool:
         now = time.monotonic()
-        active = set(tracker.getActiveJobsIds())
+        active = active_job_ids()
         for job in active:
             first_seen.setdefault(job, now)
         return any(now - first_seen[job] >= seconds for job in active)
 
     return check
+
+
+class OrdersTable:
+    """One `orders` model (the subclass's ORDERS), rebuilt from scratch before each test."""
+
+    ORDERS: str
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"orders.sql": self.ORDERS}
+
+    @pytest.fixture
+    def table(self, project) -> str:
+        run_dbt(["run", "--full-refresh"])
+        return f"{project.test_schema}.orders"

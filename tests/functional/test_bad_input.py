@@ -14,7 +14,8 @@ def model(config: str, sql: str = BASE) -> str:
 
 
 def table_exists(spark, table: str) -> bool:
-    return spark.catalog.tableExists(table)
+    schema, name = table.split(".")
+    return bool(spark.sql(f"show tables in {schema} like '{name}'").collect())
 
 
 class TestConfigErrors:

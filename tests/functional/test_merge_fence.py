@@ -8,7 +8,7 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from dbt.adapters.fenced_spark.impl import FenceSql
-from tests.conftest import session_target
+from tests.conftest import profile_target
 from tests.functional.lakehouse import ForeignWriter, history, ours, rows
 
 UPSERT = """
@@ -50,8 +50,8 @@ class TestFourThreads:
         return {f"m{i}.sql": UPSERT.format(name=f"m{i}") for i in range(1, 7)}
 
     @pytest.fixture(scope="class")
-    def dbt_profile_target(self, lakehouse, jars_cache, spark):
-        return {**session_target(lakehouse, jars_cache), "threads": 4}
+    def dbt_profile_target(self, request):
+        return {**profile_target(request), "threads": 4}
 
     def test_every_commit_names_its_own_model(self, project, spark):
         run_dbt(["run"])

@@ -7,11 +7,17 @@ foreign commit landed where intended, then judges the outcome from contents and 
 
 import json
 
-import pytest
 from dbt.tests.util import run_dbt
 
 from tests.conftest import StockSparkProfile
-from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
+from tests.functional.lakehouse import (
+    ForeignWriter,
+    OrdersTable,
+    history,
+    long_spark_job,
+    ours,
+    rows,
+)
 
 ORDERS = """
 {{ config(
@@ -46,15 +52,8 @@ def invocation_id(project) -> str:
         return json.load(f)["metadata"]["invocation_id"]
 
 
-class MergeRaceBase:
-    @pytest.fixture(scope="class")
-    def models(self):
-        return {"orders.sql": ORDERS}
-
-    @pytest.fixture
-    def table(self, project) -> str:
-        run_dbt(["run", "--full-refresh"])
-        return f"{project.test_schema}.orders"
+class MergeRaceBase(OrdersTable):
+    ORDERS = ORDERS
 
     def cancel_order_1(self, table: str) -> str:
         return f"update {table} set status = 'cancelled' where id = 1"
