@@ -1,6 +1,7 @@
 """Profiles are chosen here: one embedded Spark + Delta JVM, or one Spark Thrift Server,
 for the whole pytest process."""
 
+import getpass
 import os
 
 import pytest
@@ -92,6 +93,13 @@ def thrift_server(tmp_path_factory: pytest.TempPathFactory, jars_cache: str):
 @pytest.fixture(scope="class")
 def dbt_profile_target(request: pytest.FixtureRequest) -> dict:
     return profile_target(request)
+
+
+@pytest.fixture(scope="class")
+def profile_user(dbt_profile_target: dict) -> str:
+    """The owner Spark records on new tables: the Thrift client's user, or the OS user that
+    runs the embedded session."""
+    return dbt_profile_target.get("user") or getpass.getuser()
 
 
 def profile_target(request: pytest.FixtureRequest, adapter: str = "fenced_spark") -> dict:

@@ -10,12 +10,32 @@ from dbt.tests.adapter.incremental.test_incremental_on_schema_change import (
 )
 from dbt.tests.adapter.incremental.test_incremental_predicates import BaseIncrementalPredicates
 from dbt.tests.adapter.incremental.test_incremental_unique_id import BaseIncrementalUniqueKey
+from dbt.tests.util import run_dbt
+
+# These three expect merge without a key to append. A fenced merge requires `unique_key`
+# (DESIGN.md, strategies table); the refusal is tested in test_bad_input.py (`no_key`).
+MERGE_NEEDS_KEY = pytest.mark.skip(
+    reason="merge without unique_key is refused by design (DESIGN.md: unique_key required); "
+    "the error is tested in tests/functional/test_bad_input.py::TestConfigErrors[no_key]"
+)
 
 
 class TestIncrementalUniqueKey(BaseIncrementalUniqueKey):
     @pytest.fixture(scope="class")
     def project_config_update(self):
         return {"models": {"+incremental_strategy": "merge"}}
+
+    @MERGE_NEEDS_KEY
+    def test__empty_unique_key_list(self, project):
+        super().test__empty_unique_key_list(project)
+
+    @MERGE_NEEDS_KEY
+    def test__no_unique_keys(self, project):
+        super().test__no_unique_keys(project)
+
+    @MERGE_NEEDS_KEY
+    def test__empty_str_unique_key(self, project):
+        super().test__empty_str_unique_key(project)
 
 
 # The base model is Postgres delete+insert; on Spark the same check runs as a merge, and
@@ -75,6 +95,33 @@ class TestIncrementalOnSchemaChange(BaseIncrementalOnSchemaChange):
     @pytest.fixture(scope="class")
     def project_config_update(self):
         return {"models": {"+incremental_strategy": "merge", "+unique_key": "id"}}
+
+    @pytest.mark.skip(
+        reason="its second half drops a column from the model: Delta's MERGE `insert *` "
+        "cannot fill the target column the source lacks (DELTA_MERGE_UNRESOLVED_EXPRESSION), "
+        "as with stock dbt-spark; the first half runs in test_append_new_columns"
+    )
+    def test_run_incremental_append_new_columns(self, project):
+        super().test_run_incremental_append_new_columns(project)
+
+    def test_append_new_columns(self, project):
+        self.run_incremental_append_new_columns(project)
+
+    @pytest.mark.skip(
+        reason="sync_all_columns removes columns, which dbt-spark's "
+        "spark__alter_relation_add_remove_columns refuses on Delta; the refusal is asserted "
+        "in test_sync_all_columns_refuses_to_drop"
+    )
+    def test_run_incremental_sync_all_columns(self, project):
+        super().test_run_incremental_sync_all_columns(project)
+
+    def test_sync_all_columns_refuses_to_drop(self, project):
+        select = "model_a incremental_sync_all_columns incremental_sync_all_columns_target"
+        run_dbt(["run", "--models", select, "--full-refresh"])
+        results = run_dbt(["run", "--models", select], expect_pass=False)
+        failed = [r for r in results if r.status == "error"]
+        assert [r.node.name for r in failed] == ["incremental_sync_all_columns"]
+        assert "does not support dropping columns" in failed[0].message
 
 
 class TestMicrobatch(BaseMicrobatch):

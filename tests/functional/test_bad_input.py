@@ -74,6 +74,7 @@ class TestTargetErrors:
                 "incremental_strategy='merge', unique_key='id'",
                 "select 1 as id, 'a' as v union all select 1 as id, 'b' as v",
             ),
+            "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
         }
 
     def test_existing_view_is_refused(self, project, spark):
@@ -101,6 +102,16 @@ class TestTargetErrors:
         assert "model.test.dupes" in message and "nothing was written" in message
         assert "MULTIPLE_SOURCE_ROW" in message
         assert "\tat " not in message and "at org.apache" not in message  # no JVM stack
+        assert history(spark, table) == before
+
+    def test_unique_key_not_selected_is_refused_before_the_write(self, project, spark):
+        table = f"{project.test_schema}.key_not_selected"
+        spark.sql(f"create table {table} using delta as select 1 as id, 'x' as v")
+        before = history(spark, table)
+        results = run_dbt(["run", "--select", "key_not_selected"], expect_pass=False)
+        message = results.results[0].message
+        assert table in message and "`unique_key` names ID2" in message
+        assert "Its columns are: id, v" in message
         assert history(spark, table) == before
 
 

@@ -20,14 +20,28 @@ class SessionCursor(Cursor):
         self._spark = spark
 
     def execute(self, sql: str, *parameters: Any) -> None:
-        from pyspark.errors import PySparkException
-
         if parameters:
             sql = sql % parameters
-        try:
+        with spark_errors():
             self._df = self._spark.sql(sql)
-        except PySparkException as exc:
-            raise DbtRuntimeError(str(exc)) from exc
+
+
+@contextmanager
+def spark_errors() -> Iterator[None]:
+    """Spark's failures as DbtRuntimeError, carrying the JVM's own message."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except PySparkException as exc:
+        raise DbtRuntimeError(str(exc)) from exc
+    except Py4JJavaError as exc:
+        # PySpark 4.1 formats errors with Spark's error catalogue, which lacks Delta's classes
+        # (INTERNAL_ERROR "Cannot find main error class"); the JVM exception it was formatting
+        # is the context, and its getMessage() is Delta's real message.
+        original = exc.__context__ if isinstance(exc.__context__, Py4JJavaError) else exc
+        raise DbtRuntimeError(str(original.java_exception.getMessage())) from exc
 
 
 class SessionHandle:
@@ -43,12 +57,18 @@ class FencedSessionConnectionWrapper(SessionConnectionWrapper):
 
     def fetchall(self) -> list[Any] | None:
         # The session cursor already raises DbtRuntimeError; lazy queries fail here instead.
-        from pyspark.errors import PySparkException
-
-        try:
+        with spark_errors():
             return super().fetchall()
-        except PySparkException as exc:
-            raise DbtRuntimeError(str(exc)) from exc
+
+    @classmethod
+    def _fix_binding(cls, value: Any) -> str | float:
+        # dbt-spark renders None as 'None' and leaves quotes unescaped, so seeds load a blank
+        # cell as the string 'None' and break on O'Brien.
+        if value is None:
+            return "null"
+        if isinstance(value, str):
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return super()._fix_binding(value)
 
 
 class FencedSparkConnectionManager(SparkConnectionManager):

@@ -129,3 +129,23 @@
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
 {% endmacro %}
+
+
+{% macro fence_validate_unique_key(staging, unique_key) %}
+  {#-- Runs on the staged model before the write: a key that is not a column of the model's
+       result would otherwise surface as Delta's unresolved-expression error mid-MERGE. --#}
+  {%- set keys = [unique_key] if unique_key is string else unique_key -%}
+  {%- set columns = adapter.get_columns_in_relation(staging) | map(attribute='name') | list -%}
+  {%- set known = columns | map('lower') | list -%}
+  {%- set missing = [] -%}
+  {%- for key in keys if key | lower not in known -%}
+    {%- do missing.append(key) -%}
+  {%- endfor -%}
+  {% set missing_column_msg -%}
+    Model {{ this.render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
+    Its columns are: {{ columns | join(', ') }}. Nothing was written.
+  {%- endset %}
+  {%- if missing -%}
+    {% do exceptions.raise_compiler_error(missing_column_msg) %}
+  {%- endif -%}
+{% endmacro %}
