@@ -10,7 +10,7 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo test unit functional thrift conformance lint format clean
+.PHONY: setup demo scorecard test unit functional thrift conformance lint format clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ $(STAMP): setup.py requirements-dev.txt
 
 demo: setup
 	$(PY) integration_projects/lakehouse_orders/race_demo.py
+
+# Every strategy at every timing, stock vs fenced; regenerates docs/scorecard.md and .png.
+scorecard: setup
+	$(PY) integration_projects/lakehouse_orders/scorecard.py --command "make scorecard"
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 define pytest

@@ -34,9 +34,13 @@ def spark_yml(yml: str) -> str:
     lines = [
         line
         for line, following in zip(lines, lines[1:] + [""], strict=True)
-        if line.strip() != "constraints:" or following.strip().startswith("- ")
+        if line.strip() != "constraints:" or indent(following) > indent(line)
     ]
     return "\n".join(lines).replace("text", "string").replace("primary key", "")
+
+
+def indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 # dbt-spark warns about and ignores key constraints; NOT NULL it would ALTER in, and fail.

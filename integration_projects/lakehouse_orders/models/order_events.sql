@@ -7,3 +7,4 @@ where day <= {{ var('day', 1) }}
 {% if is_incremental() %}
   and cast(event_ts as timestamp) > (select max(event_ts) from {{ this }})
 {% endif %}
+{{ race_slowdown() }}

@@ -8,3 +8,4 @@ where day = {{ var('day', 1) }}
 {% else %}
 where day <= {{ var('day', 1) }}
 {% endif %}
+{{ race_slowdown() }}

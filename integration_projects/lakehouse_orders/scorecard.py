@@ -1,0 +1,543 @@
+"""The race scorecard: the same race against stock dbt-spark and dbt-fenced-spark.
+
+For each strategy, day 2's run of a model in this project is raced by a foreign writer: a
+thread with its own SparkSession in the same JVM, committing to the model's table at one of
+three moments. Each race is proved from DESCRIBE HISTORY (the foreign commit is tagged and must
+sit where the timing says), then judged from the table's contents.
+
+    python scorecard.py                       # every strategy and timing; writes docs/scorecard.md
+    python scorecard.py --races merge --timings between --no-write   # what `make demo` runs
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from dbt.cli.main import dbtRunner
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+ADAPTERS = {"stock": "stock dbt-spark (type: spark)", "fenced": "dbt-fenced-spark"}
+TIMINGS = {
+    "before": "before vB: the foreign commit lands, then the run starts",
+    "between": "between vB and the write: after the run read the table, before it writes",
+    "during": "during the write: while the run's write statement executes",
+}
+SCHEMAS = {"stock": "demo_stock", "fenced": "demo_fenced"}  # as in profiles.yml
+FOREIGN_TAG = "foreign writer (scorecard)"
+SLOW_MS = 4000
+
+
+@dataclass(frozen=True)
+class Race:
+    name: str  # the fenced strategy
+    stock_strategy: str
+    model: str
+    story: str
+    foreign: str  # what the foreign writer commits; {t} is the table, {s} its schema
+    key: str  # the column that must be unique
+    effect: str  # a count query: 1 when the foreign writer's change is in the table
+    flags_day: Callable[[int], tuple] = lambda day: ()
+
+
+def day_window(day: int) -> tuple:
+    start = datetime.date(2026, 1, day)
+    end = start + datetime.timedelta(days=1)
+    return ("--event-time-start", str(start), "--event-time-end", str(end))
+
+
+RACES = {
+    "merge": Race(
+        "merge",
+        "merge",
+        "orders",
+        "day 2's run ships order 1; a notebook cancels order 1",
+        "update {t} set status = 'cancelled' where order_id = 1",
+        "order_id",
+        "select count(*) from {t} where order_id = 1 and status = 'cancelled'",
+    ),
+    "append": Race(
+        "append (watermark read of {{ this }} in SQL: runs as append_if_unchanged)",
+        "append",
+        "order_events",
+        "day 2's run appends the events after max(event_ts); a double-fired job appends them too",
+        "insert into {t} select event_id, order_id, event_type, event_ts"
+        " from {s}.raw_events where day = 2",
+        "event_id",
+        "select count(*) from {t} where event_id = 4",
+    ),
+    "append_if_unchanged": Race(
+        "append_if_unchanged (watermark read at compile time)",
+        "append",
+        "order_events_export",
+        "day 2's run appends the events after a compile-time watermark; a double-fired job"
+        " appends them too",
+        "insert into {t} select event_id, order_id, event_type, event_ts"
+        " from {s}.raw_events where day = 2",
+        "event_id",
+        "select count(*) from {t} where event_id = 4",
+    ),
+    "replace_where": Race(
+        "replace_where",
+        "insert_overwrite",
+        "daily_order_events",
+        "day 2's run replaces the days from 2026-01-02; an analyst inserts a correction row for"
+        " 2026-01-02",
+        "insert into {t} values ('correction', 1, date'2026-01-02')",
+        "concat(event_date, event_type)",
+        "select count(*) from {t} where event_type = 'correction'",
+    ),
+    "microbatch": Race(
+        "microbatch",
+        "microbatch",
+        "order_events_by_batch",
+        "day 2's batch replaces 2026-01-02; a backfill job inserts a late event for 2026-01-02",
+        "insert into {t} values (100, 1, 'late', timestamp'2026-01-02 12:00:00', date'2026-01-02')",
+        "event_id",
+        "select count(*) from {t} where event_id = 100",
+        flags_day=day_window,
+    ),
+}
+
+
+def spark_session():
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+
+def dbt(*args: str, target: str, lakehouse: str):
+    result = dbtRunner().invoke(
+        [
+            "--quiet",
+            *args,
+            "--project-dir",
+            HERE,
+            "--profiles-dir",
+            HERE,
+            "--target",
+            target,
+            "--target-path",
+            os.path.join(lakehouse, "target"),
+            "--log-path",
+            os.path.join(lakehouse, "logs"),
+        ]
+    )
+    if result.exception is not None:
+        raise result.exception
+    return result
+
+
+class ForeignWriter:
+    """Another writer of the lakehouse: its own SparkSession, in its own thread."""
+
+    def __init__(self, root) -> None:
+        self.session = root.newSession()
+        self.session.conf.set("spark.databricks.delta.commitInfo.userMetadata", FOREIGN_TAG)
+        self.error: BaseException | None = None
+
+    def commit(self, sql: str, when: Callable[[], bool] = lambda: True) -> threading.Thread:
+        def run() -> None:
+            try:
+                while not when():
+                    time.sleep(0.05)
+                self.session.sql(sql).collect()
+            except BaseException as exc:  # reported by the race, never swallowed
+                self.error = exc
+
+        thread = threading.Thread(target=run, name="foreign-writer", daemon=True)
+        thread.start()
+        return thread
+
+
+def write_is_running(root, seconds: float = 1.0) -> Callable[[], bool]:
+    """True once one Spark job has run for `seconds`: the slowed write, not a metadata query."""
+    tracker = root.sparkContext.statusTracker()
+    started: dict[int, float] = {}
+
+    def check() -> bool:
+        now = time.monotonic()
+        for job in tracker.getActiveJobsIds():
+            started.setdefault(job, now)
+            if now - started[job] >= seconds:
+                return True
+        return False
+
+    return check
+
+
+@contextmanager
+def race_window(action: Callable[[], None]) -> Iterator[None]:
+    """Runs `action` when dbt executes the demo pre-hook's 'race window' statement."""
+    from dbt.adapters.spark.impl import SparkAdapter
+
+    from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
+
+    own = {cls: cls.__dict__.get("execute") for cls in (SparkAdapter, FencedSparkAdapter)}
+
+    fired = threading.Event()
+
+    def patch(original):
+        def execute(self, sql, *args, **kwargs):
+            # once: fenced_spark's execute calls dbt-spark's, and both are patched
+            if "'race window'" in sql and not fired.is_set():
+                fired.set()
+                action()
+            return original(self, sql, *args, **kwargs)
+
+        return execute
+
+    for cls in own:
+        cls.execute = patch(cls.execute)  # the inherited one when the class has none
+    try:
+        yield
+    finally:
+        for cls, original in own.items():
+            if original is None:
+                del cls.execute
+            else:
+                cls.execute = original
+
+
+@dataclass
+class Commit:
+    version: int
+    operation: str
+    writer: str
+    rows: str
+
+
+@dataclass
+class Outcome:
+    adapter: str
+    status: str
+    message: str
+    start_version: int
+    foreign_version: int | None
+    timeline: list[Commit] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    foreign_effect_present: bool = False
+    duplicated: int = 0
+
+
+def changed_rows(operation: str, metrics: dict) -> str:
+    def get(key: str) -> int:
+        return int(metrics.get(key, 0) or 0)
+
+    if operation == "MERGE":
+        return f"{get('numTargetRowsUpdated')} updated, {get('numTargetRowsInserted')} inserted"
+    if operation == "UPDATE":
+        return f"{get('numUpdatedRows')} updated"
+    if operation == "DELETE":
+        return f"{get('numDeletedRows')} deleted"
+    if operation == "RESTORE":
+        return "back to the version before"
+    removed = get("numRemovedFiles")
+    written = f"{get('numOutputRows')} written"
+    return written + (f", {removed} file(s) replaced" if removed else "")
+
+
+def who(adapter: str, row) -> str:
+    metadata = row.userMetadata or ""
+    if metadata == FOREIGN_TAG:
+        return "foreign writer"
+    if "dbt_fenced_spark" in metadata:
+        return "dbt run (fenced, tagged)"
+    if row.operation == "RESTORE":
+        return "dbt run (fence revert)"
+    return "dbt run" if adapter == "stock" else "dbt run (untagged)"
+
+
+def history(spark, table: str) -> list:
+    return sorted(spark.sql(f"describe history {table}").collect(), key=lambda r: r.version)
+
+
+def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
+    schema = SCHEMAS[adapter]
+    table = f"{schema}.{race.model}"
+    day1 = ["--vars", json.dumps({"day": 1})]
+    dbt("seed", "--full-refresh", *day1, target=adapter, lakehouse=lakehouse)
+    dbt(
+        "run",
+        "--full-refresh",
+        "--select",
+        f"+{race.model}",
+        *day1,
+        *race.flags_day(1),
+        target=adapter,
+        lakehouse=lakehouse,
+    )
+    root = spark_session()  # after dbt ran: the embedded Delta JVM, never a plain one
+    start = history(root, table)[-1].version
+    foreign_sql = race.foreign.format(t=table, s=schema)
+    writer = ForeignWriter(root)
+    day2 = {"day": 2}
+    threads = []
+
+    if timing == "before":
+        threads.append(writer.commit(foreign_sql))
+        threads[-1].join()
+    elif timing == "between":
+        day2["race_window"] = True
+    else:
+        day2["slow_ms"] = SLOW_MS
+        threads.append(writer.commit(foreign_sql, when=write_is_running(root)))
+
+    def land_foreign_commit() -> None:
+        thread = writer.commit(foreign_sql)
+        thread.join()
+        threads.append(thread)
+
+    with race_window(land_foreign_commit):
+        result = dbt(
+            "run",
+            "--select",
+            race.model,
+            "--vars",
+            json.dumps(day2),
+            *race.flags_day(2),
+            target=adapter,
+            lakehouse=lakehouse,
+        )
+    for thread in threads:
+        thread.join(timeout=120)
+    if writer.error is not None:
+        raise RuntimeError(f"the foreign writer failed: {writer.error}") from writer.error
+
+    node = result.result.results[0]
+    outcome = Outcome(
+        adapter=adapter,
+        status=str(node.status),
+        message=node.message or "",
+        start_version=start,
+        foreign_version=None,
+    )
+    for row in history(root, table):
+        if row.version <= start:
+            continue
+        commit = Commit(
+            row.version,
+            row.operation,
+            who(adapter, row),
+            changed_rows(row.operation, row.operationMetrics),
+        )
+        outcome.timeline.append(commit)
+        if commit.writer == "foreign writer":
+            outcome.foreign_version = row.version
+    prove_timing(race, timing, outcome)
+    outcome.rows = [tuple(r) for r in root.sql(f"select * from {table}").collect()]
+    outcome.foreign_effect_present = root.sql(race.effect.format(t=table)).first()[0] > 0
+    keys = Counter(r[0] for r in root.sql(f"select {race.key} from {table}").collect())
+    outcome.duplicated = sum(n - 1 for n in keys.values() if n > 1)
+    return outcome
+
+
+def prove_timing(race: Race, timing: str, outcome: Outcome) -> None:
+    """The race fired where intended, read back from DESCRIBE HISTORY."""
+    versions = [c.version for c in outcome.timeline]
+    where = f"{race.model} ({outcome.adapter}, {timing})"
+    if outcome.foreign_version is None:
+        raise RuntimeError(f"{where}: the foreign commit is not in the table's history")
+    if timing == "before" and outcome.foreign_version != outcome.start_version + 1:
+        raise RuntimeError(f"{where}: the foreign commit is v{outcome.foreign_version}, not first")
+    ours = [c for c in outcome.timeline if c.writer.startswith("dbt run")]
+    reverted = any(c.operation == "RESTORE" for c in ours)
+    if timing != "before" and ours and ours[0].version < outcome.foreign_version and not reverted:
+        raise RuntimeError(f"{where}: the run committed before the foreign writer")
+    assert versions == sorted(versions)
+
+
+@dataclass
+class Verdict:
+    text: str
+    lost: int
+    duplicated: int
+    bad: bool  # a wrong table with a green run
+
+
+def judge(timing: str, outcome: Outcome) -> Verdict:
+    ok = outcome.status == "success"
+    lost = 0 if outcome.foreign_effect_present or timing == "before" else 1
+    dup = outcome.duplicated
+    if timing == "before":
+        if dup:
+            return Verdict(f"duplicated {dup} row(s)", 0, dup, ok)
+        return Verdict("no race: the run builds on the foreign commit", 0, 0, False)
+    if lost or dup:
+        harm = ", ".join(
+            part
+            for part in (
+                f"lost {lost} foreign row(s)" if lost else "",
+                f"duplicated {dup} row(s)" if dup else "",
+            )
+            if part
+        )
+        return Verdict(f"{harm}{' with a green run' if ok else ''}", lost, dup, ok)
+    if ok:
+        return Verdict("succeeded, nothing lost", 0, 0, False)
+    if " refused: the table changed after" in outcome.message:
+        return Verdict("refused, explained; nothing lost", 0, 0, False)
+    return Verdict("failed with Delta's conflict error; nothing lost", 0, 0, False)
+
+
+def table_difference(stock: Outcome, fenced: Outcome) -> str:
+    only_stock = Counter(stock.rows) - Counter(fenced.rows)
+    only_fenced = Counter(fenced.rows) - Counter(stock.rows)
+    if not only_stock and not only_fenced:
+        return "identical"
+    parts = []
+    if only_stock:
+        parts.append(
+            "only in stock: " + ", ".join(map(str, sorted(only_stock.elements(), key=str)))
+        )
+    if only_fenced:
+        parts.append(
+            "only in fenced: " + ", ".join(map(str, sorted(only_fenced.elements(), key=str)))
+        )
+    return "; ".join(parts)
+
+
+def block(outcome: Outcome, verdict: Verdict) -> list[str]:
+    lines = [
+        f"  {ADAPTERS[outcome.adapter]}",
+        f"    {'version':<9}{'operation':<24}{'writer':<27}rows",
+    ]
+    for c in outcome.timeline:
+        lines.append(f"    v{c.version:<8}{c.operation:<24}{c.writer:<27}{c.rows}")
+    lines.append(f"    run: {outcome.status:<8} {verdict.text}")
+    return lines
+
+
+def markdown(results: list, command: str, seconds: float) -> str:
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    out = [
+        "# Race scorecard: stock dbt-spark vs dbt-fenced-spark",
+        "",
+        f"Generated by `{command}` on {now} ({platform.machine()}, Python "
+        f"{platform.python_version()}, {seconds / 60:.1f} min); do not edit by hand.",
+        "",
+        "Each race runs day 2 of a model in `integration_projects/lakehouse_orders/` while a"
+        " foreign writer (a thread with its own SparkSession in the same JVM) commits to the same"
+        " Delta table. The foreign commit is proved from `DESCRIBE HISTORY` before the outcome is"
+        " judged.",
+        "",
+        "## Summary",
+        "",
+        "| strategy | timing | stock dbt-spark | dbt-fenced-spark |",
+        "|---|---|---|---|",
+    ]
+    for race, timing, stock, fenced in results:
+        out.append(f"| {race.name} | {timing} | {stock[1].text} | {fenced[1].text} |")
+    for race, timing, stock, fenced in results:
+        out += [
+            "",
+            f"## {race.name}, {timing}",
+            "",
+            f"{race.story}. Timing: {TIMINGS[timing]}.",
+            "",
+            "| adapter | version | operation | writer | rows |",
+            "|---|---|---|---|---|",
+        ]
+        for outcome, _ in (stock, fenced):
+            for c in outcome.timeline:
+                out.append(
+                    f"| {outcome.adapter} | v{c.version} | {c.operation} | {c.writer} | {c.rows} |"
+                )
+        out += [
+            "",
+            f"- stock dbt-spark: run {stock[0].status}; {stock[1].text}",
+            f"- dbt-fenced-spark: run {fenced[0].status}; {fenced[1].text}",
+            f"- final tables: {table_difference(stock[0], fenced[0])}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def picture(results: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(results) + 1.2))
+    colours = {"bad": "#d9534f", "failed": "#f0ad4e", "ok": "#5cb85c"}
+    for row, (race, timing, stock, fenced) in enumerate(results):
+        for col, (outcome, verdict) in enumerate((stock, fenced)):
+            kind = "bad" if verdict.bad else ("ok" if outcome.status == "success" else "failed")
+            if kind == "failed" and "refused" in verdict.text:
+                kind = "ok"
+            ax.add_patch(plt.Rectangle((col, -row - 1), 1, 1, color=colours[kind], ec="white"))
+            ax.text(col + 0.5, -row - 0.5, verdict.text, ha="center", va="center", fontsize=7)
+        label = f"{race.name.split(' ')[0]} / {timing}"
+        ax.text(-0.02, -row - 0.5, label, ha="right", va="center", fontsize=8)
+    ax.set_xlim(0, 2)
+    ax.set_ylim(-len(results), 0)
+    ax.set_xticks([0.5, 1.5], ["stock dbt-spark", "dbt-fenced-spark"])
+    ax.xaxis.tick_top()
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title("Red: data lost or duplicated with a green run.  Green: nothing lost.", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--races", nargs="+", choices=list(RACES), default=list(RACES))
+    parser.add_argument("--timings", nargs="+", choices=list(TIMINGS), default=list(TIMINGS))
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument("--command", default="make scorecard")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    lakehouse = os.path.join(HERE, ".fenced_spark")
+    shutil.rmtree(os.path.join(lakehouse, "target"), ignore_errors=True)
+    os.chdir(HERE)
+    results = []
+    for name in args.races:
+        race = RACES[name]
+        for timing in args.timings:
+            pair = {}
+            # fenced first: its embedded session is the Delta JVM that stock's session joins
+            for adapter in ("fenced", "stock"):
+                outcome = run_race(race, timing, adapter, lakehouse)
+                pair[adapter] = (outcome, judge(timing, outcome))
+            results.append((race, timing, pair["stock"], pair["fenced"]))
+            print(f"\n== {race.name}, {timing} ==")
+            print(f"  {race.story}.\n  Timing: {TIMINGS[timing]}.")
+            for adapter in ("stock", "fenced"):
+                print("\n".join(block(*pair[adapter])))
+            print(f"  final tables: {table_difference(pair['stock'][0], pair['fenced'][0])}")
+            fenced_message = pair["fenced"][0].message
+            if timing != "before" and fenced_message:
+                print("  What dbt-fenced-spark told the user:")
+                for line in fenced_message.splitlines():
+                    print(f"    | {line}")
+
+    seconds = time.monotonic() - started
+    print(f"\nScorecard finished in {seconds:.0f}s.")
+    fenced_harm = [r for r in results if r[3][1].lost or r[3][1].duplicated]
+    if not args.no_write:
+        docs = os.path.join(REPO, "docs")
+        with open(os.path.join(docs, "scorecard.md"), "w") as f:
+            f.write(markdown(results, args.command, seconds))
+        picture(results, os.path.join(docs, "scorecard.png"))
+        print("wrote docs/scorecard.md and docs/scorecard.png")
+    if fenced_harm:
+        print("UNEXPECTED: dbt-fenced-spark lost or duplicated rows above.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
