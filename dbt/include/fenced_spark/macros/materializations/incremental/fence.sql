@@ -51,6 +51,9 @@
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
   {%- do adapter.fence_stage(this, staging, compiled_code, read_version) -%}
+  {%- if settings.strategy == 'merge' -%}
+    {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
+  {%- endif -%}
 
   {#-- 3. schema changes commit first, fenced --#}
   {%- set fence = fence_schema_changes(fence, settings.on_schema_change, staging, existing_relation) -%}
