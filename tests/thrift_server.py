@@ -5,6 +5,7 @@ The server gets the same Spark + Delta configuration as the embedded session (on
 """
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -103,7 +104,9 @@ class ThriftServer:
                 self.process.wait()
 
 
-def start(folder: str, jars_cache: str, cores: int = 6, timeout: float = 300) -> ThriftServer:
+def start(
+    folder: str, jars_cache: str | None, cores: int = 6, timeout: float = 300
+) -> ThriftServer:
     import pyspark
 
     spark_home = os.path.dirname(pyspark.__file__)
@@ -183,6 +186,17 @@ def _delta_jars(submit: str, conf: dict[str, str], env: dict[str, str], log_path
 
 
 def _wait_until_serving(server: ThriftServer, timeout: float) -> None:
+    # Refused connections are expected while the server starts; thrift logs each as an error.
+    socket_log = logging.getLogger("thrift.transport.TSocket")
+    level = socket_log.level
+    socket_log.setLevel(logging.CRITICAL)
+    try:
+        _poll(server, timeout)
+    finally:
+        socket_log.setLevel(level)
+
+
+def _poll(server: ThriftServer, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if server.process.poll() is not None:

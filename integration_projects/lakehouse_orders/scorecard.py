@@ -7,6 +7,10 @@ sit where the timing says), then judged from the table's contents.
 
     python scorecard.py                       # every strategy and timing; writes docs/scorecard.md
     python scorecard.py --races merge --timings between --no-write   # what `make demo` runs
+    python scorecard.py --method thrift --races merge   # over one Spark Thrift Server
+
+With `--method thrift` both adapters are clients of one Spark Thrift Server started for the run,
+and the foreign writer is another client of it (a plain SQL connection, like a notebook).
 """
 
 import argparse
@@ -32,6 +36,10 @@ TIMINGS = {
     "before": "before vB: the foreign commit lands, then the run starts",
     "between": "between vB and the write: after the run read the table, before it writes",
     "during": "during the write: while the run's write statement executes",
+}
+WRITERS = {
+    "session": "a thread with its own SparkSession in the embedded session's JVM",
+    "thrift": "a second client of the same Spark Thrift Server",
 }
 SCHEMAS = {"stock": "demo_stock", "fenced": "demo_fenced"}  # as in profiles.yml
 FOREIGN_TAG = "foreign writer (scorecard)"
@@ -110,10 +118,45 @@ RACES = {
 }
 
 
-def spark_session():
-    from pyspark.sql import SparkSession
+class Lakehouse:
+    """Where the races run: the embedded Spark + Delta session (dbt and the foreign writer share
+    its JVM), or one Spark Thrift Server that dbt and the foreign writer are clients of."""
 
-    return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    def __init__(self, method: str, folder: str) -> None:
+        self.method = method
+        self.folder = folder
+        self.server = None
+        self.seeded: set[str] = set()
+        if method == "thrift":
+            sys.path.insert(0, REPO)
+            from tests import thrift_server
+
+            self.server = thrift_server.start(
+                os.path.join(folder, "thrift"), os.environ.get("DBT_FENCED_SPARK_JARS_CACHE")
+            )
+            os.environ["LAKEHOUSE_THRIFT_PORT"] = str(self.server.port)  # read by profiles.yml
+
+    def target(self, adapter: str) -> str:
+        return adapter if self.method == "session" else f"{adapter}_thrift"
+
+    def client(self):
+        """A SQL client that reads history and contents, and whose newSession() writes."""
+        if self.server is not None:
+            return self.server.client()
+        from pyspark.sql import SparkSession
+
+        # after dbt ran: the embedded Delta JVM, never a plain one
+        return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+    def running_jobs(self, client) -> Callable[[], set]:
+        if self.server is not None:
+            return self.server.active_job_ids
+        tracker = client.sparkContext.statusTracker()
+        return lambda: set(tracker.getActiveJobsIds())
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
 
 
 def dbt(*args: str, target: str, lakehouse: str):
@@ -143,7 +186,8 @@ class ForeignWriter:
 
     def __init__(self, root) -> None:
         self.session = root.newSession()
-        self.session.conf.set("spark.databricks.delta.commitInfo.userMetadata", FOREIGN_TAG)
+        # SQL, not session.conf: a Thrift client has only SQL
+        self.session.sql(f"set spark.databricks.delta.commitInfo.userMetadata={FOREIGN_TAG}")
         self.error: BaseException | None = None
 
     def commit(self, sql: str, when: Callable[[], bool] = lambda: True) -> threading.Thread:
@@ -160,14 +204,13 @@ class ForeignWriter:
         return thread
 
 
-def write_is_running(root, seconds: float = 1.0) -> Callable[[], bool]:
+def write_is_running(running_jobs: Callable[[], set], seconds: float = 1.0) -> Callable[[], bool]:
     """True once one Spark job has run for `seconds`: the slowed write, not a metadata query."""
-    tracker = root.sparkContext.statusTracker()
     started: dict[int, float] = {}
 
     def check() -> bool:
         now = time.monotonic()
-        for job in tracker.getActiveJobsIds():
+        for job in running_jobs():
             started.setdefault(job, now)
             if now - started[job] >= seconds:
                 return True
@@ -230,7 +273,10 @@ class Outcome:
     duplicated: int = 0
 
 
-def changed_rows(operation: str, metrics: dict) -> str:
+def changed_rows(operation: str, metrics: dict | str) -> str:
+    if isinstance(metrics, str):  # a Thrift client gets the map as JSON text
+        metrics = json.loads(metrics or "{}")
+
     def get(key: str) -> int:
         return int(metrics.get(key, 0) or 0)
 
@@ -262,11 +308,14 @@ def history(spark, table: str) -> list:
     return sorted(spark.sql(f"describe history {table}").collect(), key=lambda r: r.version)
 
 
-def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
+def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome:
+    lakehouse, target = house.folder, house.target(adapter)
     schema = SCHEMAS[adapter]
     table = f"{schema}.{race.model}"
     day1 = ["--vars", json.dumps({"day": 1})]
-    dbt("seed", "--full-refresh", *day1, target=adapter, lakehouse=lakehouse)
+    if target not in house.seeded:  # races never write the seeds: load them once per target
+        dbt("seed", "--full-refresh", *day1, target=target, lakehouse=lakehouse)
+        house.seeded.add(target)
     dbt(
         "run",
         "--full-refresh",
@@ -274,10 +323,10 @@ def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
         f"+{race.model}",
         *day1,
         *race.flags_day(1),
-        target=adapter,
+        target=target,
         lakehouse=lakehouse,
     )
-    root = spark_session()  # after dbt ran: the embedded Delta JVM, never a plain one
+    root = house.client()
     start = history(root, table)[-1].version
     foreign_sql = race.foreign.format(t=table, s=schema)
     writer = ForeignWriter(root)
@@ -291,7 +340,7 @@ def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
         day2["race_window"] = True
     else:
         day2["slow_ms"] = SLOW_MS
-        threads.append(writer.commit(foreign_sql, when=write_is_running(root)))
+        threads.append(writer.commit(foreign_sql, when=write_is_running(house.running_jobs(root))))
 
     def land_foreign_commit() -> None:
         thread = writer.commit(foreign_sql)
@@ -306,7 +355,7 @@ def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
             "--vars",
             json.dumps(day2),
             *race.flags_day(2),
-            target=adapter,
+            target=target,
             lakehouse=lakehouse,
         )
     for thread in threads:
@@ -336,7 +385,7 @@ def run_race(race: Race, timing: str, adapter: str, lakehouse: str) -> Outcome:
             outcome.foreign_version = row.version
     prove_timing(race, timing, outcome)
     outcome.rows = [tuple(r) for r in root.sql(f"select * from {table}").collect()]
-    outcome.foreign_effect_present = root.sql(race.effect.format(t=table)).first()[0] > 0
+    outcome.foreign_effect_present = root.sql(race.effect.format(t=table)).collect()[0][0] > 0
     keys = Counter(r[0] for r in root.sql(f"select {race.key} from {table}").collect())
     outcome.duplicated = sum(n - 1 for n in keys.values() if n > 1)
     return outcome
@@ -418,7 +467,7 @@ def block(outcome: Outcome, verdict: Verdict) -> list[str]:
     return lines
 
 
-def markdown(results: list, command: str, seconds: float) -> str:
+def markdown(results: list, command: str, seconds: float, method: str) -> str:
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     out = [
         "# Race scorecard: stock dbt-spark vs dbt-fenced-spark",
@@ -427,9 +476,8 @@ def markdown(results: list, command: str, seconds: float) -> str:
         f"{platform.python_version()}, {seconds / 60:.1f} min); do not edit by hand.",
         "",
         "Each race runs day 2 of a model in `integration_projects/lakehouse_orders/` while a"
-        " foreign writer (a thread with its own SparkSession in the same JVM) commits to the same"
-        " Delta table. The foreign commit is proved from `DESCRIBE HISTORY` before the outcome is"
-        " judged.",
+        f" foreign writer ({WRITERS[method]}) commits to the same Delta table. The foreign commit"
+        " is proved from `DESCRIBE HISTORY` before the outcome is judged.",
         "",
         "## Summary",
         "",
@@ -491,26 +539,15 @@ def picture(results: list, path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--races", nargs="+", choices=list(RACES), default=list(RACES))
-    parser.add_argument("--timings", nargs="+", choices=list(TIMINGS), default=list(TIMINGS))
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
-    parser.add_argument("--command", default="make scorecard")
-    args = parser.parse_args(argv)
-
-    started = time.monotonic()
-    lakehouse = os.path.join(HERE, ".fenced_spark")
-    shutil.rmtree(os.path.join(lakehouse, "target"), ignore_errors=True)
-    os.chdir(HERE)
+def run_all(races: list[str], timings: list[str], house: Lakehouse) -> list:
     results = []
-    for name in args.races:
+    for name in races:
         race = RACES[name]
-        for timing in args.timings:
+        for timing in timings:
             pair = {}
             # fenced first: its embedded session is the Delta JVM that stock's session joins
             for adapter in ("fenced", "stock"):
-                outcome = run_race(race, timing, adapter, lakehouse)
+                outcome = run_race(race, timing, adapter, house)
                 pair[adapter] = (outcome, judge(timing, outcome))
             results.append((race, timing, pair["stock"], pair["fenced"]))
             print(f"\n== {race.name}, {timing} ==")
@@ -523,16 +560,38 @@ def main(argv: list[str] | None = None) -> int:
                 print("  What dbt-fenced-spark told the user:")
                 for line in fenced_message.splitlines():
                     print(f"    | {line}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--races", nargs="+", choices=list(RACES), default=list(RACES))
+    parser.add_argument("--timings", nargs="+", choices=list(TIMINGS), default=list(TIMINGS))
+    parser.add_argument("--method", choices=["session", "thrift"], default="session")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument("--command", default="make scorecard")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    lakehouse = os.path.join(HERE, ".fenced_spark")
+    shutil.rmtree(os.path.join(lakehouse, "target"), ignore_errors=True)
+    os.chdir(HERE)
+    house = Lakehouse(args.method, lakehouse)
+    try:
+        results = run_all(args.races, args.timings, house)
+    finally:
+        house.close()
 
     seconds = time.monotonic() - started
     print(f"\nScorecard finished in {seconds:.0f}s.")
     fenced_harm = [r for r in results if r[3][1].lost or r[3][1].duplicated]
     if not args.no_write:
         docs = os.path.join(REPO, "docs")
-        with open(os.path.join(docs, "scorecard.md"), "w") as f:
-            f.write(markdown(results, args.command, seconds))
-        picture(results, os.path.join(docs, "scorecard.png"))
-        print("wrote docs/scorecard.md and docs/scorecard.png")
+        name = "scorecard" if args.method == "session" else f"scorecard-{args.method}"
+        with open(os.path.join(docs, f"{name}.md"), "w") as f:
+            f.write(markdown(results, args.command, seconds, args.method))
+        picture(results, os.path.join(docs, f"{name}.png"))
+        print(f"wrote docs/{name}.md and docs/{name}.png")
     if fenced_harm:
         print("UNEXPECTED: dbt-fenced-spark lost or duplicated rows above.", file=sys.stderr)
         return 1

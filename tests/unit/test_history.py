@@ -106,3 +106,5 @@ def test_writer_names_dbt_runs_and_other_engines():
     assert "model.p.orders" in dbt_commit.writer and "inv-1" in dbt_commit.writer
     notebook = Commit(7, "UPDATE", 6, None, user_name="ana", engine_info="Spark 4")
     assert notebook.describe() == "v7 UPDATE by ana via Spark 4"
+    job = Commit(8, "WRITE", 7, "nightly backfill", engine_info="Spark 4")
+    assert job.describe() == 'v8 WRITE by an unnamed writer ("nightly backfill") via Spark 4'

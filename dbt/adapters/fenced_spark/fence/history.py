@@ -84,6 +84,9 @@ class Commit:
         if tag is not None:
             return f"dbt-fenced-spark {tag.node} (invocation {tag.invocation_id})"
         who = self.user_name or "an unnamed writer"
+        # Jobs often label their commits (commitInfo.userMetadata): the best name we have.
+        if self.user_metadata:
+            who += f' ("{self.user_metadata}")'
         return f"{who} via {self.engine_info}" if self.engine_info else who
 
     def describe(self) -> str:
