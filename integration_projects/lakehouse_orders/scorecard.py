@@ -56,6 +56,7 @@ class Race:
     key: str  # the column that must be unique
     effect: str  # a count query: 1 when the foreign writer's change is in the table
     flags_day: Callable[[int], tuple] = lambda day: ()
+    upstream: bool = False  # its inputs are models: bring them to day 2 before the race
 
 
 def day_window(day: int) -> tuple:
@@ -104,6 +105,7 @@ RACES = {
         "insert into {t} values ('correction', 1, date'2026-01-02')",
         "concat(event_date, event_type)",
         "select count(*) from {t} where event_type = 'correction'",
+        upstream=True,
     ),
     "microbatch": Race(
         "microbatch",
@@ -159,8 +161,14 @@ class Lakehouse:
             self.server.stop()
 
 
-def dbt(*args: str, target: str, lakehouse: str):
-    result = dbtRunner().invoke(
+def dbt(*args: str, target: str, lakehouse: str, errors: list[str] | None = None):
+    """Runs dbt in this process; `errors` collects the error messages dbt logs."""
+
+    def collect(event) -> None:
+        if errors is not None and event.info.level == "error":
+            errors.append(event.info.msg)
+
+    result = dbtRunner(callbacks=[collect]).invoke(
         [
             "--quiet",
             *args,
@@ -192,8 +200,11 @@ class ForeignWriter:
 
     def commit(self, sql: str, when: Callable[[], bool] = lambda: True) -> threading.Thread:
         def run() -> None:
+            deadline = time.monotonic() + 120
             try:
                 while not when():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the write never ran long enough to race")
                     time.sleep(0.05)
                 self.session.sql(sql).collect()
             except BaseException as exc:  # reported by the race, never swallowed
@@ -267,6 +278,7 @@ class Outcome:
     message: str
     start_version: int
     foreign_version: int | None
+    window_version: int | None  # the table's version when the race window opened
     timeline: list[Commit] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)
     foreign_effect_present: bool = False
@@ -330,24 +342,41 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
     start = history(root, table)[-1].version
     foreign_sql = race.foreign.format(t=table, s=schema)
     writer = ForeignWriter(root)
-    day2 = {"day": 2}
+    if race.upstream:
+        dbt(
+            "run",
+            "--select",
+            f"+{race.model}",
+            "--exclude",
+            race.model,
+            "--vars",
+            json.dumps({"day": 2}),
+            target=target,
+            lakehouse=lakehouse,
+        )
+    day2 = {"day": 2, "race_window": timing != "before"}
     threads = []
+    window_opened_at: list[int] = []  # the table's version when the run had read it
 
     if timing == "before":
         threads.append(writer.commit(foreign_sql))
         threads[-1].join()
-    elif timing == "between":
-        day2["race_window"] = True
-    else:
+    elif timing == "during":
         day2["slow_ms"] = SLOW_MS
-        threads.append(writer.commit(foreign_sql, when=write_is_running(house.running_jobs(root))))
 
-    def land_foreign_commit() -> None:
-        thread = writer.commit(foreign_sql)
-        thread.join()
-        threads.append(thread)
+    def open_race_window() -> None:
+        window_opened_at.append(history(root, table)[-1].version)
+        if timing == "between":
+            threads.append(writer.commit(foreign_sql))
+            threads[-1].join()
+        else:
+            # Armed only now, after every read before the write: a slow compile-time query
+            # cannot pass for the write.
+            running = write_is_running(house.running_jobs(root))
+            threads.append(writer.commit(foreign_sql, when=running))
 
-    with race_window(land_foreign_commit):
+    errors: list[str] = []
+    with race_window(open_race_window):
         result = dbt(
             "run",
             "--select",
@@ -357,6 +386,7 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             *race.flags_day(2),
             target=target,
             lakehouse=lakehouse,
+            errors=errors,
         )
     for thread in threads:
         thread.join(timeout=120)
@@ -367,9 +397,11 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
     outcome = Outcome(
         adapter=adapter,
         status=str(node.status),
-        message=node.message or "",
+        # a microbatch model's message is its batches' summary; the fence speaks in its log
+        message=next((e for e in errors if "refused" in e), None) or node.message or "",
         start_version=start,
         foreign_version=None,
+        window_version=window_opened_at[0] if window_opened_at else None,
     )
     for row in history(root, table):
         if row.version <= start:
@@ -399,6 +431,10 @@ def prove_timing(race: Race, timing: str, outcome: Outcome) -> None:
         raise RuntimeError(f"{where}: the foreign commit is not in the table's history")
     if timing == "before" and outcome.foreign_version != outcome.start_version + 1:
         raise RuntimeError(f"{where}: the foreign commit is v{outcome.foreign_version}, not first")
+    if timing != "before" and (
+        outcome.window_version is None or outcome.foreign_version <= outcome.window_version
+    ):
+        raise RuntimeError(f"{where}: the foreign commit landed before the run read the table")
     ours = [c for c in outcome.timeline if c.writer.startswith("dbt run")]
     reverted = any(c.operation == "RESTORE" for c in ours)
     if timing != "before" and ours and ours[0].version < outcome.foreign_version and not reverted:
