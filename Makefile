@@ -10,7 +10,7 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo scorecard test unit functional thrift conformance lint format clean
+.PHONY: setup demo scorecard bench test unit functional thrift conformance lint format clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,13 @@ demo: setup
 # Every strategy at every timing, stock vs fenced; regenerates docs/scorecard.md and .png.
 scorecard: setup
 	$(PY) integration_projects/lakehouse_orders/scorecard.py --command "make scorecard"
+
+# Stock dbt-spark vs fenced_spark in one process and one Spark JVM: overhead per run, history
+# length, Spark jobs per run (session and thrift), contention; regenerates docs/benchmarks.md
+# and .png. BENCH_SIZE=ci is the few-minute size CI runs; full adds 2M rows (about 30 min).
+BENCH_SIZE ?= full
+bench: setup
+	$(PY) -m bench.run --size $(BENCH_SIZE) --command "make bench BENCH_SIZE=$(BENCH_SIZE)"
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 define pytest

@@ -1,0 +1,175 @@
+"""The benchmark's lakehouse: one embedded Spark + Delta JVM for the whole process, dbt invoked
+in this process (stock dbt-spark and fenced_spark alike), and an optional Thrift server."""
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dbt.cli.main import dbtRunner
+
+from dbt.adapters.fenced_spark import session
+from dbt.adapters.fenced_spark.connections import spark_errors
+from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
+from dbt.adapters.fenced_spark.fence.history import Commit, parse_history
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PROJECT = os.path.join(HERE, "project")
+
+Sql = Callable[[str], list[Any]]
+
+
+class DbtFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Call:
+    kind: str  # history | execute
+    sql: str
+    seconds: float
+
+
+class FenceRunner:
+    """The fence's SqlRunner over one session, as fenced_spark's FenceSql runs it over a dbt
+    connection: the same statements, errors and history parsing; each call timed."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.calls: list[Call] = []
+
+    def execute(self, sql: str) -> None:
+        started = time.perf_counter()
+        with spark_errors():
+            self.spark.sql(sql)
+        self.calls.append(Call("execute", sql, time.perf_counter() - started))
+
+    def history(self, table: str, limit: int) -> list[Commit]:
+        sql = f"DESCRIBE HISTORY {table} LIMIT {limit}"
+        started = time.perf_counter()
+        with spark_errors():
+            frame = self.spark.sql(sql)
+            commits = parse_history(frame.columns, frame.collect())
+        self.calls.append(Call("history", sql, time.perf_counter() - started))
+        return commits
+
+
+class Lakehouse:
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        self.folder = os.path.join(workdir, "lakehouse")
+        os.environ["BENCH_LAKEHOUSE"] = self.folder  # read by project/profiles.yml
+        self.creds = FencedSparkCredentials(schema="bench", folder=self.folder)
+        # fenced_spark's own builder starts the JVM, as a first fenced dbt run would; stock
+        # dbt-spark's session cursor then joins it (getOrCreate).
+        self.spark = session.root_session(self.creds)
+        self.server: Any = None
+
+    def connection(self) -> Any:
+        """A session exactly as fenced_spark opens one per dbt connection."""
+        return session.connection_session(self.creds)
+
+    def sql(self, statement: str) -> list[Any]:
+        # A fresh session per call: nothing the harness sets may reach the root session that
+        # stock dbt-spark runs on.
+        return self.connection().sql(statement).collect()
+
+    def start_thrift(self) -> Any:
+        if self.server is None:
+            sys.path.insert(0, REPO)
+            from tests import thrift_server
+
+            self.server = thrift_server.start(
+                os.path.join(self.workdir, "thrift"), self.creds.jars_cache
+            )
+            os.environ["BENCH_THRIFT_PORT"] = str(self.server.port)
+        return self.server
+
+    def thrift_sql(self, statement: str) -> list[Any]:
+        return self.start_thrift().client().sql(statement).collect()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def dbt(self, *args: str, target: str, tag: str) -> dict[str, Any]:
+        """Runs dbt here, in this process; returns its run_results.json."""
+        os.environ["BENCH_TAG"] = tag
+        # One target path per target: each keeps its own partial-parse state.
+        target_path = os.path.join(self.workdir, "target", target)
+        errors: list[str] = []
+
+        def collect(event: Any) -> None:
+            if event.info.level == "error":
+                errors.append(event.info.msg)
+
+        result = dbtRunner(callbacks=[collect]).invoke(
+            [
+                "--quiet",
+                *args,
+                "--project-dir",
+                PROJECT,
+                "--profiles-dir",
+                PROJECT,
+                "--target",
+                target,
+                "--target-path",
+                target_path,
+                "--log-path",
+                os.path.join(self.workdir, "logs"),
+            ]
+        )
+        if result.exception is not None:
+            raise result.exception
+        if not result.success:
+            raise DbtFailed(f"dbt {' '.join(args)} --target {target} failed:\n" + "\n".join(errors))
+        with open(os.path.join(target_path, "run_results.json")) as f:
+            return json.load(f)
+
+
+def rows_label(rows: int) -> str:
+    if rows % 1_000_000 == 0:
+        return f"{rows // 1_000_000}m"
+    if rows % 1_000 == 0:
+        return f"{rows // 1_000}k"
+    return str(rows)
+
+
+def build_source(sql: Sql, schema: str, rows: int, batches: int) -> None:
+    """`schema`.raw: batch 0 is the target's `rows` rows; each later batch is 1% of that, half
+    updates of recent keys and half new keys. Plain SQL, so a Thrift server can run it too."""
+    batch = max(2, rows // 100)
+    half = batch // 2
+    # Range-ordered files, so the target's CTAS keeps them and a merge of recent keys
+    # rewrites one or two files, not the table.
+    files = max(2, rows // 100_000)
+    sql(f"create schema if not exists {schema}")
+    sql(f"drop table if exists {schema}.raw")
+    sql(
+        f"create table {schema}.raw using delta partitioned by (batch) as "
+        "select id, 0 as batch, concat('payload-', id) as payload, "
+        "(id % 1000) / 10.0 as amount, timestamp_seconds(1767225600 + id) as updated_at "
+        f"from range(0, {rows}, 1, {files})"
+    )
+    sql(
+        f"insert into {schema}.raw "
+        f"select case when j.id < {half} then {rows} - 1 - ((k.id * {half} + j.id) % {5 * batch})"
+        f" else {rows} + (k.id - 1) * {batch - half} + (j.id - {half}) end as id, "
+        "cast(k.id as int) as batch, concat('payload-', k.id, '-', j.id) as payload, "
+        "(j.id % 1000) / 10.0 + k.id as amount, "
+        "timestamp_seconds(1767225600 + 86400 * k.id + j.id) as updated_at "
+        f"from range(1, {batches + 1}, 1, 1) k cross join range(0, {batch}, 1, 1) j"
+    )
+
+
+def wait_idle(active: Callable[[], Any], settle: float = 0.3, timeout: float = 60) -> None:
+    """Until no Spark job runs: Delta finishes some post-commit work asynchronously."""
+    deadline = time.monotonic() + timeout
+    time.sleep(settle)
+    while active() and time.monotonic() < deadline:
+        time.sleep(0.05)

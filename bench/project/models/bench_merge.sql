@@ -1,0 +1,2 @@
+{{ config(incremental_strategy='merge', unique_key='id') }}
+{{ bench_batch() }}

@@ -1,0 +1,445 @@
+"""docs/benchmarks.md and docs/benchmarks.png from one run's results."""
+
+import datetime
+import os
+import platform
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from bench.contention import Contention
+from bench.history import HistoryResult
+from bench.jobs import FENCE_ONLY, Count
+from bench.lakehouse import rows_label
+from bench.pairs import Series
+
+
+@dataclass
+class Results:
+    size: str
+    command: str
+    machine: str
+    started: str
+    seconds: float = 0.0
+    pairs: list[Series] = field(default_factory=list)
+    history: list[HistoryResult] = field(default_factory=list)
+    jobs: list[Count] = field(default_factory=list)
+    contention: list[Contention] = field(default_factory=list)
+
+
+def machine_line() -> str:
+    import pyspark
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = ""
+    try:
+        with open("/proc/meminfo") as f:
+            kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
+        memory = f", {kib / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, StopIteration):
+        pass
+    load = ", load average {:.2f} {:.2f} {:.2f} at start".format(*os.getloadavg())
+    return (
+        f"{os.cpu_count()} cores ({cpu}){memory}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, PySpark {pyspark.__version__}{load}"
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def _targets(r: Results) -> list[str]:
+    out = ["| target | measured | met |", "|---|---|---|"]
+    merge = [s for s in r.pairs if s.strategy == "merge"]
+    if merge:
+        largest = max(merge, key=lambda s: s.rows)
+        median = largest.summary()["median"]
+        label = rows_label(largest.rows)
+        out.append(
+            f"| median fenced/stock ≤ 1.05 for merge at 2M rows, session | {median:.3f} at "
+            f"{label} rows{'' if largest.rows >= 2_000_000 else ' (2M not run at this size)'} | "
+            f"{_yes(median <= 1.05)} |"
+        )
+    if r.history:
+        base, longest = r.history[0], r.history[-1]
+        ratio = longest.capture_verify / base.capture_verify
+        out.append(
+            f"| vB capture + verify at 10,000 commits within 1.2x of 10 commits | "
+            f"{ratio:.2f}x ({longest.commits:,} vs {base.commits:,} commits) | "
+            f"{_yes(ratio <= 1.2)} |"
+        )
+    for method in ("session", "thrift"):
+        counts = [c for c in r.jobs if c.method == method]
+        if counts:
+            extra = ", ".join(f"{c.strategy} {'/'.join(map(str, c.extra))}" for c in counts)
+            target = "zero extra Spark jobs" if method == "session" else "extra Spark jobs (stated)"
+            met = _yes(all(x == 0 for c in counts for x in c.extra)) if method == "session" else "–"
+            out.append(f"| {target}, {method} | {extra} per run | {met} |")
+    if r.contention:
+        exact = all(c.exact for c in r.contention)
+        out.append(
+            f"| contention: zero lost or duplicated batches at every K | lost "
+            f"{sum(c.lost for c in r.contention)}, duplicated "
+            f"{sum(c.duplicated for c in r.contention)}, unexplained "
+            f"{sum(c.unexplained for c in r.contention)}; runs that failed: "
+            f"{sum(c.failed + c.not_reverted for c in r.contention)} | {_yes(exact)} |"
+        )
+        by = {(c.mode, c.threads): c for c in r.contention}
+        k = max(c.threads for c in r.contention)
+        ratio = by[("fenced", k)].per_minute / by[("unfenced", k)].per_minute
+        out.append(
+            f"| contention: fenced throughput at K={k} at least half of unfenced | "
+            f"{ratio:.2f} of unfenced | {_yes(ratio >= 0.5)} |"
+        )
+    return out
+
+
+def _pairs(r: Results) -> list[str]:
+    out = [
+        "## 1. The same model, stock dbt-spark vs fenced_spark (session)",
+        "",
+        "One process, one Spark JVM. For each size, `bench/project`'s model for each strategy is"
+        " built identically under both adapters (their own schemas, same source, same CTAS),"
+        " then run alternately: stock (A), fenced (B), A, B, each pair on the same 1% batch"
+        " (half updates of recent keys, half new keys). Every model reads `{{ this }}` for a"
+        " watermark, the read the fence pins to vB. The time is the model's `execution_time`"
+        " from `run_results.json`; warm-up pairs are listed but not counted. *identical*: the"
+        " two tables hold the same rows afterwards. *difference*: the median of fenced minus"
+        " stock per pair, in seconds.",
+        "",
+        "| rows | fenced strategy | stock strategy | pairs | stock median s | fenced median s |"
+        " difference s | ratio median | min | max | identical |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in r.pairs:
+        m = s.summary()
+        out.append(
+            f"| {s.rows:,} | {s.strategy} | {s.stock_strategy} | {len(s.pairs)} | "
+            f"{m['stock_median_s']:.2f} | {m['fenced_median_s']:.2f} | "
+            f"{m['difference_s']:+.2f} | **{m['median']:.3f}** | "
+            f"{m['min']:.3f} | {m['max']:.3f} | {_yes(s.identical)} |"
+        )
+    out += ["", "Every pair:", "", "| rows | strategy | batch | stock s | fenced s | ratio |"]
+    out.append("|---|---|---|---|---|---|")
+    for s in r.pairs:
+        for p, warm in [(p, True) for p in s.warmup] + [(p, False) for p in s.pairs]:
+            note = " (warm-up)" if warm else ""
+            out.append(
+                f"| {s.rows:,} | {s.strategy} | {p.batch}{note} | {p.stock:.2f} | "
+                f"{p.fenced:.2f} | {p.ratio:.3f} |"
+            )
+    return out
+
+
+def _history(r: Results) -> list[str]:
+    base = r.history[0]
+    out = [
+        "## 2. History length: capturing vB and verifying the commit",
+        "",
+        "Each table has N commits before the measurement (see `bench/history.py` for how they"
+        " are built: Delta's own commits, checkpoints every 10 versions, replicated from"
+        " Delta's own files). Each repetition runs the fence's code (`fence/protocol.py`) on a"
+        " connection session: capture = `Fence.latest_version` (`DESCRIBE HISTORY t LIMIT 1`),"
+        " then `Fence.write` with a one-row strict INSERT: pre-check (`LIMIT 1`), the tagged"
+        " write, verify (`DESCRIBE HISTORY t LIMIT 16`). Medians in ms. *Cold*: capture right"
+        " after `DeltaLog.clearCache()`, what the first run in a new process pays (stock pays it"
+        " at its write instead).",
+        "",
+        "| commits | checkpoints | files in _delta_log | capture | pre-check | verify |"
+        " capture + verify | ratio to 10 | SET/RESET | whole fence | cold capture | the INSERT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for h in r.history:
+        out.append(
+            f"| {h.commits:,} | {h.checkpoints} | {h.log_files:,} | {_ms(h.median('capture'))} | "
+            f"{_ms(h.median('precheck'))} | {_ms(h.median('verify'))} | "
+            f"{_ms(h.capture_verify)} | **{h.capture_verify / base.capture_verify:.2f}** | "
+            f"{_ms(h.median('confs'))} | {_ms(h.fence_total)} | "
+            f"{_ms(h.median('capture_cold'))} | {_ms(h.median('write'))} |"
+        )
+    reps = len(base.capture)
+    out += [
+        "",
+        f"{reps} repetitions per table; built in "
+        + ", ".join(f"{h.build_seconds:.0f}s ({h.commits:,})" for h in r.history)
+        + ".",
+    ]
+    return out
+
+
+def _jobs(r: Results) -> list[str]:
+    out = [
+        "## 3. Spark jobs per model run",
+        "",
+        "Each strategy's model is built under both adapters (`--full-refresh`); then each"
+        " measured run is a stock run and a fenced run of the same model on the same batch."
+        " Job counts do not depend on warm-up."
+        " Session: jobs from the SparkContext's status tracker, each traced to the statement"
+        " dbt sent (a job group per statement). Thrift: the server's REST API"
+        " (`/api/v1/applications/<id>/jobs`), each job described by its statement.",
+        "",
+        "*extra*: fenced minus stock, whole run. *fence statements*: the jobs of the"
+        f" statements only the fence sends ({', '.join(FENCE_ONLY)}); the rest of any"
+        " difference is the strategy's own write (e.g. Delta's REPLACE WHERE vs a plain INSERT).",
+        "",
+        "| method | fenced strategy | stock strategy | stock jobs per run | fenced jobs per run |"
+        " extra jobs per run | of which fence statements |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in r.jobs:
+        stock = "/".join(str(x.jobs) for x in c.of("stock"))
+        fenced = "/".join(str(x.jobs) for x in c.of("fenced"))
+        extra = "/".join(str(x) for x in c.extra)
+        fence = "/".join(str(x) for x in c.fence_statement_jobs)
+        out.append(
+            f"| {c.method} | {c.strategy} | {c.stock_strategy} | {stock} | {fenced} | **{extra}** |"
+            f" {fence} |"
+        )
+    out += [
+        "",
+        "Where the jobs go, by statement (one measured run; statements sent / Spark jobs):",
+        "",
+    ]
+    for c in r.jobs:
+        stock, fenced = c.of("stock")[0], c.of("fenced")[0]
+        kinds = sorted(
+            set(stock.jobs_by_kind)
+            | set(fenced.jobs_by_kind)
+            | set(stock.statements)
+            | set(fenced.statements)
+        )
+        out += [
+            f"**{c.method}, {c.strategy}**",
+            "",
+            "| statement | stock | fenced |",
+            "|---|---|---|",
+        ]
+        for k in kinds:
+            cells = [
+                (f"{run.statements.get(k, 0)} / " if c.method == "session" else "")
+                + str(run.jobs_by_kind.get(k, 0))
+                for run in (stock, fenced)
+            ]
+            out.append(f"| {k} | {cells[0]} | {cells[1]} |")
+        out.append("")
+    return out
+
+
+def _contention(r: Results) -> list[str]:
+    out = [
+        "## 4. Contention: K writers, one table",
+        "",
+        "K threads, each with its own session, each appending its own batches to one table."
+        " *fenced*: `append_if_unchanged` through the fence's code with `fence_retries`;"
+        " *unfenced*: the same INSERT as a blind append (stock dbt-spark's `append`). Both"
+        " write the same batch SQL; dbt's per-run overhead is left out on both sides."
+        " Afterwards every batch is counted in the table. *once*: in the table exactly once"
+        " (the only right answer). *lost*: reported committed, not in the table."
+        " *failed*: reported failed, not in the table. *not reverted*: reported failed as"
+        ' "written and NOT reverted", in the table once (loud and true, but the run failed).'
+        " *unexplained*: reported failed otherwise, yet in the table.",
+        "",
+        "| K | mode | batches | committed | seconds | batches/min | attempts mean | max |"
+        " once | lost | duplicated | failed | not reverted | unexplained |"
+        " fenced/unfenced throughput |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    by = {(c.mode, c.threads): c for c in r.contention}
+    for c in r.contention:
+        ratio = ""
+        if c.mode == "fenced" and ("unfenced", c.threads) in by:
+            ratio = f"**{c.per_minute / by[('unfenced', c.threads)].per_minute:.2f}**"
+        attempts = c.attempts
+        out.append(
+            f"| {c.threads} | {c.mode} | {c.threads * c.per_thread} | {c.committed} | "
+            f"{c.seconds:.1f} | {c.per_minute:.1f} | {statistics.mean(attempts):.2f} | "
+            f"{max(attempts)} | {c.landed_once} | {c.lost} | {c.duplicated} | {c.failed} | "
+            f"{c.not_reverted} | {c.unexplained} | {ratio} |"
+        )
+    errors = Counter(b.error for c in r.contention for b in c.batches if b.error)
+    if errors:
+        out += ["", "Failures reported by writers (versions as N):", ""]
+        out += [f"- {n} × `{e}`" for e, n in errors.most_common(5)]
+    return out
+
+
+def _where(r: Results) -> list[str]:
+    """The fence's cost, traced to its source, in this run's figures."""
+    out = []
+    if r.jobs:
+        per_run = sorted(
+            {c.of("fenced")[0].jobs_by_kind.get("DESCRIBE HISTORY", 0) for c in r.jobs}
+        )
+        out.append(
+            "- **Spark jobs.** Every `DESCRIBE HISTORY` runs one Spark job: Delta's"
+            " `DeltaHistoryManager.getHistory` reads the commit files of the requested range in"
+            " `spark.range(start, latest + 1).mapPartitions(...).collect()`. A fenced run sends"
+            " three (here: " + "/".join(map(str, per_run)) + " job(s) per run, on both methods):"
+            " capture (`adapter.fence_capture` → `Fence.latest_version`, `DESCRIBE HISTORY t"
+            " LIMIT 1`), pre-check (`Fence.precheck`, the same statement) and verify"
+            " (`Fence.commits_since`, `DESCRIBE HISTORY t LIMIT 16`), all in"
+            " `dbt/adapters/fenced_spark/fence/protocol.py` through `FenceSql.history`"
+            " (`impl.py`). The SETs/RESETs, the staging view and its DROP run no job."
+        )
+    if len(r.history) > 1:
+        base, longest = r.history[0], r.history[-1]
+        out.append(
+            f"- **History length.** At {longest.commits:,} commits one `DESCRIBE HISTORY` takes"
+            f" {_ms(longest.median('capture'))} ms against {_ms(base.median('capture'))} ms at"
+            f" {base.commits:,}; the fence's three take {_ms(longest.fence_total)} ms per run"
+            f" (the one-row INSERT itself: {_ms(longest.median('write'))} ms). The time is"
+            " Delta's, not the fence's logic: `getHistory` calls `deltaLog.update()` twice, and"
+            " each update lists `_delta_log` from the last checkpoint; on a local or HDFS file"
+            " system `HDFSLogStore.listFrom` lists the whole directory"
+            f" ({longest.log_files:,} files here, with Hadoop's .crc sidecars). The write pays"
+            " that listing too; each of the fence's three statements pays it twice. Object"
+            " stores list from a start key, so the effect there should be smaller (not"
+            " measured)."
+        )
+    fenced = [c for c in r.contention if c.mode == "fenced"]
+    if fenced:
+        not_reverted = sum(c.not_reverted for c in fenced)
+        out.append(
+            "- **Contention.** A strict attempt commits only if nothing lands between its"
+            " capture and its commit, so concurrent writers serialise on that window (capture,"
+            " staging, pre-check, the INSERT), and each refusal costs a back-off"
+            " (`backoff_seconds`, `Fence.run`) of up to the attempt's own duration times"
+            " 2^retry. Blind appends do not serialise: Delta rebases them. "
+            + (
+                f"{not_reverted} fenced run(s) failed as *written and NOT reverted*: another"
+                " writer committed after the pre-check but before the INSERT took its snapshot,"
+                " so the INSERT committed as vB+2 without a conflict; verification"
+                " (`Fence.write`, `our.version == expected + 1`) then refused it, and the revert"
+                " (`Fence._fail_after_commit`) found a later commit or its strict RESTORE"
+                " conflicted. The batch is in the table once and the error says so, but the run"
+                " failed and no retry follows."
+                if not_reverted
+                else "No fenced run failed as *written and NOT reverted*."
+            )
+        )
+    if not out:
+        return []
+    return ["## Where the fence's cost comes from", "", *out]
+
+
+def markdown(r: Results) -> str:
+    out = [
+        "# Benchmarks: what the fence costs",
+        "",
+        f"Generated by `{r.command}` on {r.started} (size `{r.size}`, {r.seconds / 60:.1f} min);"
+        " do not edit by hand. Runner: `bench/run.py`.",
+        "",
+        f"Machine: {r.machine}.",
+        "",
+        "Targets are reported, not asserted.",
+        "",
+        *_targets(r),
+        "",
+    ]
+    for part, render in (
+        (r.pairs, _pairs),
+        (r.history, _history),
+        (r.jobs, _jobs),
+        (r.contention, _contention),
+    ):
+        if part:
+            out += [*render(r), ""]
+    out += _where(r)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def picture(r: Results, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    (pairs_ax, history_ax), (jobs_ax, contention_ax) = axes
+
+    for i, s in enumerate(r.pairs):
+        ratios = s.ratios()
+        pairs_ax.scatter([i] * len(ratios), ratios, color="#4a7fb5", alpha=0.6, s=18)
+        pairs_ax.hlines(statistics.median(ratios), i - 0.3, i + 0.3, color="black")
+    pairs_ax.axhline(1.0, color="grey", lw=0.8)
+    pairs_ax.axhline(1.05, color="#d9534f", lw=0.8, ls="--", label="target 1.05")
+    pairs_ax.set_xticks(
+        range(len(r.pairs)), [f"{s.strategy}\n{rows_label(s.rows)}" for s in r.pairs], fontsize=7
+    )
+    pairs_ax.set_ylabel("fenced / stock execution time")
+    pairs_ax.set_title("1. Per pair ratio (line: median)", fontsize=10)
+    pairs_ax.legend(fontsize=7)
+
+    if r.history:
+        commits = [h.commits for h in r.history]
+        for name, label in (
+            ("capture", "capture"),
+            ("verify", "verify"),
+            ("capture_cold", "capture, cold"),
+            ("write", "the one-row INSERT (for scale)"),
+        ):
+            history_ax.plot(commits, [h.median(name) * 1000 for h in r.history], "o-", label=label)
+        history_ax.plot(
+            commits,
+            [h.capture_verify * 1000 for h in r.history],
+            "s-",
+            label="capture + verify",
+            color="black",
+        )
+        history_ax.set_xscale("log")
+        history_ax.set_xlabel("commits in the table")
+        history_ax.set_ylabel("ms (median)")
+        history_ax.legend(fontsize=7)
+    history_ax.set_title("2. History length", fontsize=10)
+
+    labels = [f"{c.method}\n{c.strategy.replace('_', ' ')}" for c in r.jobs]
+    stock = [statistics.mean(x.jobs for x in c.of("stock")) for c in r.jobs]
+    fence = [statistics.mean(c.fence_statement_jobs) for c in r.jobs]
+    rest = [
+        statistics.mean(x.jobs for x in c.of("fenced")) - f
+        for c, f in zip(r.jobs, fence, strict=True)
+    ]
+    x = range(len(r.jobs))
+    jobs_ax.bar([i - 0.2 for i in x], stock, 0.4, label="stock", color="#999999")
+    jobs_ax.bar([i + 0.2 for i in x], rest, 0.4, label="fenced", color="#4a7fb5")
+    jobs_ax.bar(
+        [i + 0.2 for i in x],
+        fence,
+        0.4,
+        bottom=rest,
+        color="#d9534f",
+        label="fenced: the fence's own statements",
+    )
+    jobs_ax.set_xticks(list(x), labels, fontsize=6, rotation=20, ha="right")
+    jobs_ax.set_ylabel("Spark jobs per model run")
+    jobs_ax.set_title("3. Spark jobs", fontsize=10)
+    jobs_ax.legend(fontsize=7)
+
+    for mode, colour in (("unfenced", "#999999"), ("fenced", "#4a7fb5")):
+        runs = [c for c in r.contention if c.mode == mode]
+        contention_ax.plot(
+            [c.threads for c in runs], [c.per_minute for c in runs], "o-", color=colour, label=mode
+        )
+    contention_ax.set_xlabel("writers (K)")
+    contention_ax.set_ylabel("batches committed per minute")
+    contention_ax.set_title("4. Contention", fontsize=10)
+    if r.contention:
+        contention_ax.legend(fontsize=7)
+
+    fig.suptitle(f"dbt-fenced-spark benchmarks ({r.size}, {r.started})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def now() -> str:
+    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,135 @@
+"""Benchmarks: what the fence costs, against stock dbt-spark, in one process and one Spark JVM.
+
+    python -m bench.run --size ci                  # minutes; what CI runs
+    python -m bench.run --size full                # 100k and 2M rows; about half an hour
+    python -m bench.run --size ci --only jobs --no-write
+
+Writes docs/benchmarks.md and docs/benchmarks.png (unless --no-write) and the raw figures as
+JSON in the work directory. Parts: pairs (stock vs fenced, A B A B), history (capture and
+verify against history length), jobs (Spark jobs per run, session and thrift), contention
+(K writers on one table).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+from bench import contention, history, jobs, pairs, report
+from bench.lakehouse import REPO, Lakehouse
+
+PARTS = ("pairs", "history", "jobs", "contention")
+
+
+@dataclass(frozen=True)
+class Size:
+    pair_rows: tuple[int, ...]
+    pairs: int
+    warmup: int
+    history_commits: tuple[int, ...]
+    history_reps: int
+    jobs_rows: int
+    jobs_runs: int
+    threads: tuple[int, ...]
+    batches_per_thread: int
+    batch_rows: int
+    fence_retries: int
+
+
+SIZES = {
+    "ci": Size(
+        pair_rows=(100_000,),
+        pairs=5,
+        warmup=1,
+        history_commits=(10, 1_000, 10_000),
+        history_reps=3,
+        jobs_rows=10_000,
+        jobs_runs=1,
+        threads=(2, 4, 8),
+        batches_per_thread=2,
+        batch_rows=1_000,
+        fence_retries=30,
+    ),
+    "full": Size(
+        pair_rows=(100_000, 2_000_000),
+        pairs=7,
+        warmup=1,
+        history_commits=(10, 1_000, 10_000),
+        history_reps=15,
+        jobs_rows=100_000,
+        jobs_runs=2,
+        threads=(2, 4, 8),
+        batches_per_thread=5,
+        batch_rows=10_000,
+        fence_retries=30,
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=list(SIZES), default="ci")
+    parser.add_argument(
+        "--only", default=",".join(PARTS), help=f"comma-separated parts: {','.join(PARTS)}"
+    )
+    parser.add_argument("--no-thrift", action="store_true", help="jobs: the session only")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument("--command", default=None, help="the command line the docs name")
+    parser.add_argument("--workdir", default=os.path.join(REPO, ".cache", "bench"))
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    size = SIZES[args.size]
+    command = args.command or f"python -m bench.run --size {args.size}" + (
+        f" --only {','.join(parts)}" if set(parts) != set(PARTS) else ""
+    )
+
+    # A fresh lakehouse: the embedded metastore (Derby) and the tables start empty.
+    for sub in ("lakehouse", "target", "thrift", "logs"):
+        shutil.rmtree(os.path.join(args.workdir, sub), ignore_errors=True)
+    os.makedirs(args.workdir, exist_ok=True)
+    results = report.Results(args.size, command, report.machine_line(), report.now())
+    started = time.monotonic()
+    house = Lakehouse(args.workdir)
+    try:
+        if "pairs" in parts:
+            print("1. stock vs fenced, A B A B", flush=True)
+            results.pairs = pairs.run(house, size.pair_rows, size.pairs, size.warmup)
+        if "history" in parts:
+            print("2. history length", flush=True)
+            results.history = history.run(house, size.history_commits, size.history_reps)
+        if "jobs" in parts:
+            print("3. Spark jobs per model run", flush=True)
+            results.jobs = jobs.run(house, size.jobs_rows, size.jobs_runs, not args.no_thrift)
+        if "contention" in parts:
+            print("4. contention", flush=True)
+            results.contention = contention.run(
+                house, size.threads, size.batches_per_thread, size.batch_rows, size.fence_retries
+            )
+    finally:
+        house.close()
+    results.seconds = time.monotonic() - started
+
+    raw = os.path.join(args.workdir, "results.json")
+    with open(raw, "w") as f:
+        json.dump(dataclasses.asdict(results), f, indent=1, default=str)
+    text = report.markdown(results)
+    print("\n" + text)
+    print(f"Benchmarks finished in {results.seconds / 60:.1f} min; raw figures in {raw}")
+    if not args.no_write:
+        docs = os.path.join(REPO, "docs")
+        with open(os.path.join(docs, "benchmarks.md"), "w") as f:
+            f.write(text)
+        report.picture(results, os.path.join(docs, "benchmarks.png"))
+        print("wrote docs/benchmarks.md and docs/benchmarks.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
