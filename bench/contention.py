@@ -14,13 +14,12 @@ import threading
 import time
 import uuid
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.lakehouse import FenceRunner, Lakehouse
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
-from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import FenceState
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads
 
 SCHEMA = "bench_contention"
@@ -73,7 +72,7 @@ class Contention:
 
 def _fenced(spark: Any, table: str, batch_id: int, retries: int, invocation: str) -> Batch:
     runner = FenceRunner(spark)
-    fence = Fence(runner, nullcontext)
+    fence = runner.fence()
     schema, name = table.split(".")
     view = f"bench_batch_{batch_id}__fence"
     model = f"select batch_id, row, payload from {SOURCE} where batch_id = {batch_id}"

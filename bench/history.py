@@ -17,13 +17,12 @@ import struct
 import time
 import uuid
 import zlib
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lakehouse import FenceRunner, Lakehouse
+from bench.lakehouse import READERS, FenceRunner, Lakehouse
 from dbt.adapters.fenced_spark.fence.errors import Outcome
-from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import FenceState
 
 SCHEMA = "bench_history"
 TEMPLATE_VERSION = 20  # Delta's own empty commit and checkpoint, copied from here on
@@ -32,6 +31,7 @@ TAIL = 10  # real INSERTs at the end
 
 @dataclass
 class HistoryResult:
+    reader: str  # delta_log (the session's) | sql (DESCRIBE HISTORY, thrift's path)
     commits: int  # before the measurement's own commits
     checkpoints: int
     log_files: int
@@ -163,12 +163,12 @@ def check(house: Lakehouse, table: str, commits: int) -> None:
 
 
 def measure(house: Lakehouse, table: str, result: HistoryResult, reps: int) -> None:
-    runner = FenceRunner(house.connection())
-    fence = Fence(runner, nullcontext)
+    runner = FenceRunner(house.connection(), result.reader)
     invocation = str(uuid.uuid4())
     for rep in range(reps):
         runner.calls.clear()
-        read_version = fence.latest_version(table)  # capture, as adapter.fence_capture
+        # Capture and write are separate adapter calls, each with a new Fence (and reader).
+        read_version = runner.fence().latest_version(table)
         state = FenceState(
             table=table,
             display=table,
@@ -176,9 +176,9 @@ def measure(house: Lakehouse, table: str, result: HistoryResult, reps: int) -> N
             read_version=read_version,
             expected_version=read_version,
             invocation_id=invocation,
-            node=f"model.bench.history_{rep}",
+            node=f"model.bench.history_{result.reader}_{rep}",
         )
-        written = fence.write(state, f"insert into {table} values ({-rep - 1}, 'fenced')")
+        written = runner.fence().write(state, f"insert into {table} values ({-rep - 1}, 'fenced')")
         if written.outcome != Outcome.COMMITTED or written.commit_version != read_version + 1:
             raise RuntimeError(f"{table}: fenced write {written}")
         calls = runner.calls
@@ -193,7 +193,7 @@ def measure(house: Lakehouse, table: str, result: HistoryResult, reps: int) -> N
     for _ in range(min(3, reps)):
         delta_log.clearCache()
         runner.calls.clear()
-        fence.latest_version(table)
+        runner.fence().latest_version(table)
         result.capture_cold.append(runner.calls[0].seconds)
 
 
@@ -204,21 +204,25 @@ def run(house: Lakehouse, lengths: tuple[int, ...], reps: int) -> list[HistoryRe
         started = time.monotonic()
         location = build(house, table, commits)
         check(house, table, commits)
+        built = time.monotonic() - started
         log_dir = os.path.join(location, "_delta_log")
         names = [n for n in os.listdir(log_dir) if not n.startswith(".")]
-        result = HistoryResult(
-            commits=commits,
-            checkpoints=sum(n.endswith(".checkpoint.parquet") for n in names),
-            log_files=len(os.listdir(log_dir)),
-            build_seconds=time.monotonic() - started,
-        )
-        measure(house, table, result, reps)
-        print(
-            f"  {commits:>6} commits: capture {result.median('capture') * 1000:6.1f} ms"
-            f"  verify {result.median('verify') * 1000:6.1f} ms"
-            f"  cold capture {result.median('capture_cold') * 1000:6.1f} ms"
-            f"  (built in {result.build_seconds:.0f}s, {result.log_files} log files)",
-            flush=True,
-        )
-        out.append(result)
+        for reader in READERS:
+            result = HistoryResult(
+                reader=reader,
+                commits=commits,
+                checkpoints=sum(n.endswith(".checkpoint.parquet") for n in names),
+                log_files=len(os.listdir(log_dir)),
+                build_seconds=built,
+            )
+            measure(house, table, result, reps)
+            print(
+                f"  {commits:>6} commits, {reader:<9}: capture "
+                f"{result.median('capture') * 1000:7.1f} ms  verify "
+                f"{result.median('verify') * 1000:7.1f} ms  cold capture "
+                f"{result.median('capture_cold') * 1000:7.1f} ms  "
+                f"(built in {built:.0f}s, {result.log_files} log files)",
+                flush=True,
+            )
+            out.append(result)
     return out

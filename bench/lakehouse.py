@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,14 @@ from dbt.cli.main import dbtRunner
 from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.connections import spark_errors
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
-from dbt.adapters.fenced_spark.fence.history import Commit, parse_history
+from dbt.adapters.fenced_spark.fence.delta_log import LogTail
+from dbt.adapters.fenced_spark.fence.history import (
+    Commit,
+    HistoryReader,
+    SqlHistory,
+    parse_history,
+)
+from dbt.adapters.fenced_spark.fence.protocol import Fence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -34,12 +42,17 @@ class Call:
     seconds: float
 
 
+READERS = ("delta_log", "sql")  # the session's reader; DESCRIBE HISTORY (thrift's path)
+
+
 class FenceRunner:
     """The fence's SqlRunner over one session, as fenced_spark's FenceSql runs it over a dbt
-    connection: the same statements, errors and history parsing; each call timed."""
+    connection: the same statements, errors and history reads; each call timed. `reader` is
+    the adapter's choice on the session (the Delta log) or its SQL path (DESCRIBE HISTORY)."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any, reader: str = "delta_log") -> None:
         self.spark = spark
+        self.reader = reader
         self.calls: list[Call] = []
 
     def execute(self, sql: str) -> None:
@@ -49,13 +62,35 @@ class FenceRunner:
         self.calls.append(Call("execute", sql, time.perf_counter() - started))
 
     def history(self, table: str, limit: int) -> list[Commit]:
-        sql = f"DESCRIBE HISTORY {table} LIMIT {limit}"
+        with spark_errors():
+            frame = self.spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}")
+            return parse_history(frame.columns, frame.collect())
+
+    def fence(self, sleep: Callable[[float], None] = time.sleep) -> Fence:
+        """A Fence as the adapter builds one for a step: its reader new, nothing cached."""
+        sql = SqlHistory(self)
+        log = LogTail(self.spark, fallback=sql) if self.reader == "delta_log" else sql
+        return Fence(self, nullcontext, sleep=sleep, log=TimedLog(self, log))
+
+
+class TimedLog:
+    """The fence's history reads, timed into the runner's calls as kind `history`."""
+
+    def __init__(self, runner: FenceRunner, log: HistoryReader) -> None:
+        self.runner, self.log = runner, log
+
+    def _timed(self, what: str, read: Callable[[], Any]) -> Any:
         started = time.perf_counter()
         with spark_errors():
-            frame = self.spark.sql(sql)
-            commits = parse_history(frame.columns, frame.collect())
-        self.calls.append(Call("history", sql, time.perf_counter() - started))
-        return commits
+            out = read()
+        self.runner.calls.append(Call("history", what, time.perf_counter() - started))
+        return out
+
+    def latest_version(self, table: str, known: int | None = None) -> int:
+        return self._timed(f"latest {table}", lambda: self.log.latest_version(table, known))
+
+    def commits_since(self, table: str, version: int) -> list[Commit]:
+        return self._timed(f"since {table}", lambda: self.log.commits_since(table, version))
 
 
 class Lakehouse:

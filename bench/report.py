@@ -70,21 +70,35 @@ def _targets(r: Results) -> list[str]:
             f"{label} rows{'' if largest.rows >= 2_000_000 else ' (2M not run at this size)'} | "
             f"{_yes(median <= 1.05)} |"
         )
-    if r.history:
-        base, longest = r.history[0], r.history[-1]
-        ratio = longest.capture_verify / base.capture_verify
-        out.append(
-            f"| vB capture + verify at 10,000 commits within 1.2x of 10 commits | "
-            f"{ratio:.2f}x ({longest.commits:,} vs {base.commits:,} commits) | "
-            f"{_yes(ratio <= 1.2)} |"
-        )
+    for reader in ("delta_log", "sql"):
+        rows = [h for h in r.history if h.reader == reader]
+        if rows:
+            base, longest = rows[0], rows[-1]
+            ratio = longest.capture_verify / base.capture_verify
+            session = reader == "delta_log"
+            out.append(
+                f"| vB capture + verify at 10,000 commits within 1.2x of 10 commits, "
+                f"{READER_NAMES[reader]} | {ratio:.2f}x ({longest.commits:,} vs "
+                f"{base.commits:,} commits) | {_yes(ratio <= 1.2) if session else '–'} |"
+            )
     for method in ("session", "thrift"):
         counts = [c for c in r.jobs if c.method == method]
         if counts:
+            fence = ", ".join(
+                f"{c.strategy} {'/'.join(map(str, c.fence_statement_jobs))}" for c in counts
+            )
             extra = ", ".join(f"{c.strategy} {'/'.join(map(str, c.extra))}" for c in counts)
-            target = "zero extra Spark jobs" if method == "session" else "extra Spark jobs (stated)"
-            met = _yes(all(x == 0 for c in counts for x in c.extra)) if method == "session" else "–"
-            out.append(f"| {target}, {method} | {extra} per run | {met} |")
+            if method == "session":
+                target, met = (
+                    "zero extra Spark jobs",
+                    _yes(all(x == 0 for c in counts for x in c.fence_statement_jobs)),
+                )
+            else:
+                target, met = "extra Spark jobs (stated)", "–"
+            out.append(
+                f"| {target}, {method} | fence statements: {fence}; whole run, fenced minus "
+                f"stock: {extra} | {met} |"
+            )
     if r.contention:
         exact = all(c.exact for c in r.contention)
         out.append(
@@ -141,37 +155,49 @@ def _pairs(r: Results) -> list[str]:
     return out
 
 
+READER_NAMES = {
+    "delta_log": "session (the Delta log)",
+    "sql": "SQL path (DESCRIBE HISTORY)",
+}
+
+
 def _history(r: Results) -> list[str]:
-    base = r.history[0]
     out = [
         "## 2. History length: capturing vB and verifying the commit",
         "",
         "Each table has N commits before the measurement (see `bench/history.py` for how they"
         " are built: Delta's own commits, checkpoints every 10 versions, replicated from"
         " Delta's own files). Each repetition runs the fence's code (`fence/protocol.py`) on a"
-        " connection session: capture = `Fence.latest_version` (`DESCRIBE HISTORY t LIMIT 1`),"
-        " then `Fence.write` with a one-row strict INSERT: pre-check (`LIMIT 1`), the tagged"
-        " write, verify (`DESCRIBE HISTORY t LIMIT 16`). Medians in ms. *Cold*: capture right"
-        " after `DeltaLog.clearCache()`, what the first run in a new process pays (stock pays it"
-        " at its write instead).",
+        " connection session, a new `Fence` per step as the adapter builds one: capture ="
+        " `Fence.latest_version`, then `Fence.write` with a one-row strict INSERT: pre-check,"
+        " the tagged write, verify (`Fence.commits_since`). Two readers: *session* is what"
+        " `method: session` uses (`fence/delta_log.py`: `_last_checkpoint`, then probes for"
+        " `N.json` and the commitInfo line of each new commit); *SQL path* is `DESCRIBE HISTORY"
+        " t LIMIT n`, what a Thrift server or cluster runs. Medians in ms. *Cold*: capture right"
+        " after `DeltaLog.clearCache()`, what the first run in a new process pays. *The INSERT*"
+        " is Delta's own write, for scale: stock dbt-spark pays it too, and it grows with the"
+        " log because Delta lists `_delta_log` to update its snapshot.",
         "",
-        "| commits | checkpoints | files in _delta_log | capture | pre-check | verify |"
+        "| reader | commits | checkpoints | files in _delta_log | capture | pre-check | verify |"
         " capture + verify | ratio to 10 | SET/RESET | whole fence | cold capture | the INSERT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in r.history:
+        base = next(b for b in r.history if b.reader == h.reader)
         out.append(
-            f"| {h.commits:,} | {h.checkpoints} | {h.log_files:,} | {_ms(h.median('capture'))} | "
+            f"| {READER_NAMES[h.reader]} | {h.commits:,} | {h.checkpoints} | {h.log_files:,} | "
+            f"{_ms(h.median('capture'))} | "
             f"{_ms(h.median('precheck'))} | {_ms(h.median('verify'))} | "
             f"{_ms(h.capture_verify)} | **{h.capture_verify / base.capture_verify:.2f}** | "
             f"{_ms(h.median('confs'))} | {_ms(h.fence_total)} | "
             f"{_ms(h.median('capture_cold'))} | {_ms(h.median('write'))} |"
         )
-    reps = len(base.capture)
+    reps = len(r.history[0].capture)
+    built = {h.commits: h.build_seconds for h in r.history}
     out += [
         "",
-        f"{reps} repetitions per table; built in "
-        + ", ".join(f"{h.build_seconds:.0f}s ({h.commits:,})" for h in r.history)
+        f"{reps} repetitions per table and reader; built in "
+        + ", ".join(f"{seconds:.0f}s ({commits:,})" for commits, seconds in built.items())
         + ".",
     ]
     return out
@@ -277,35 +303,55 @@ def _where(r: Results) -> list[str]:
     """The fence's cost, traced to its source, in this run's figures."""
     out = []
     if r.jobs:
-        per_run = sorted(
-            {c.of("fenced")[0].jobs_by_kind.get("DESCRIBE HISTORY", 0) for c in r.jobs}
-        )
+
+        def history_jobs(method: str) -> str:
+            counts = [c for c in r.jobs if c.method == method]
+            per_run = {
+                x.jobs_by_kind.get("DESCRIBE HISTORY", 0) for c in counts for x in c.of("fenced")
+            }
+            return "/".join(map(str, sorted(per_run))) or "–"
+
         out.append(
             "- **Spark jobs.** Every `DESCRIBE HISTORY` runs one Spark job: Delta's"
             " `DeltaHistoryManager.getHistory` reads the commit files of the requested range in"
-            " `spark.range(start, latest + 1).mapPartitions(...).collect()`. A fenced run sends"
-            " three (here: " + "/".join(map(str, per_run)) + " job(s) per run, on both methods):"
-            " capture (`adapter.fence_capture` → `Fence.latest_version`, `DESCRIBE HISTORY t"
-            " LIMIT 1`), pre-check (`Fence.precheck`, the same statement) and verify"
-            " (`Fence.commits_since`, `DESCRIBE HISTORY t LIMIT 16`), all in"
-            " `dbt/adapters/fenced_spark/fence/protocol.py` through `FenceSql.history`"
-            " (`impl.py`). The SETs/RESETs, the staging view and its DROP run no job."
+            " `spark.range(start, latest + 1).mapPartitions(...).collect()`. Over thrift the"
+            " fence sends three per run (here: " + history_jobs("thrift") + " job(s)):"
+            " capture (`adapter.fence_capture` → `Fence.latest_version`), pre-check"
+            " (`Fence.precheck`) and verify (`Fence.commits_since`). On the session those reads"
+            " go to `LogTail` (`fence/delta_log.py`, chosen by `FenceSql.log` in `impl.py`),"
+            " which reads the log's files on the driver: DESCRIBE HISTORY jobs per run here: "
+            + history_jobs("session")
+            + ". The SETs/RESETs, the staging view and its DROP run no job on either method."
         )
-    if len(r.history) > 1:
-        base, longest = r.history[0], r.history[-1]
-        out.append(
-            f"- **History length.** At {longest.commits:,} commits one `DESCRIBE HISTORY` takes"
-            f" {_ms(longest.median('capture'))} ms against {_ms(base.median('capture'))} ms at"
-            f" {base.commits:,}; the fence's three take {_ms(longest.fence_total)} ms per run"
-            f" (the one-row INSERT itself: {_ms(longest.median('write'))} ms). The time is"
-            " Delta's, not the fence's logic: `getHistory` calls `deltaLog.update()` twice, and"
-            " each update lists `_delta_log` from the last checkpoint; on a local or HDFS file"
-            " system `HDFSLogStore.listFrom` lists the whole directory"
-            f" ({longest.log_files:,} files here, with Hadoop's .crc sidecars). The write pays"
-            " that listing too; each of the fence's three statements pays it twice. Object"
-            " stores list from a start key, so the effect there should be smaller (not"
-            " measured)."
+    for reader in ("delta_log", "sql"):
+        rows = [h for h in r.history if h.reader == reader]
+        if len(rows) < 2:
+            continue
+        base, longest = rows[0], rows[-1]
+        figures = (
+            f"capture + verify take {_ms(longest.capture_verify)} ms at {longest.commits:,}"
+            f" commits against {_ms(base.capture_verify)} ms at {base.commits:,}"
+            f" (the one-row INSERT itself: {_ms(longest.median('write'))} ms against"
+            f" {_ms(base.median('write'))} ms)"
         )
+        if reader == "sql":
+            out.append(
+                f"- **History length, SQL path.** {figures[0].upper()}{figures[1:]}. The time is"
+                " Delta's: `getHistory` calls `deltaLog.update()`, which lists `_delta_log`"
+                " from the last checkpoint, and on a local or HDFS file system"
+                " `HDFSLogStore.listFrom` lists the whole directory"
+                f" ({longest.log_files:,} files here, with Hadoop's .crc sidecars). Delta's"
+                " own write pays that listing too. Object stores list from a start key, so"
+                " the effect there should be smaller (not measured)."
+            )
+        else:
+            out.append(
+                f"- **History length, session.** {figures[0].upper()}{figures[1:]}. `LogTail`"
+                " never lists the directory: it reads `_last_checkpoint`, probes `N.json`"
+                " forward from there (doubling, then bisecting), and reads one line, the"
+                " commitInfo, of each commit after vB; a pre-check on an unchanged table is"
+                " one probe."
+            )
     fenced = [c for c in r.contention if c.mode == "fenced"]
     if fenced:
         not_reverted = sum(c.not_reverted for c in fenced)
@@ -381,22 +427,27 @@ def picture(r: Results, path: str) -> None:
     pairs_ax.legend(fontsize=7)
 
     if r.history:
-        commits = [h.commits for h in r.history]
-        for name, label in (
-            ("capture", "capture"),
-            ("verify", "verify"),
-            ("capture_cold", "capture, cold"),
-            ("write", "the one-row INSERT (for scale)"),
-        ):
-            history_ax.plot(commits, [h.median(name) * 1000 for h in r.history], "o-", label=label)
+        for reader, style in (("delta_log", "-"), ("sql", "--")):
+            rows = [h for h in r.history if h.reader == reader]
+            commits = [h.commits for h in rows]
+            name = "session" if reader == "delta_log" else "SQL path"
+            history_ax.plot(
+                commits,
+                [h.capture_verify * 1000 for h in rows],
+                "s" + style,
+                label=f"capture + verify, {name}",
+                color="#4a7fb5" if reader == "delta_log" else "#d9534f",
+            )
+        rows = [h for h in r.history if h.reader == "delta_log"]
         history_ax.plot(
-            commits,
-            [h.capture_verify * 1000 for h in r.history],
-            "s-",
-            label="capture + verify",
-            color="black",
+            [h.commits for h in rows],
+            [h.median("write") * 1000 for h in rows],
+            "o:",
+            color="#999999",
+            label="Delta's one-row INSERT (for scale)",
         )
         history_ax.set_xscale("log")
+        history_ax.set_yscale("log")
         history_ax.set_xlabel("commits in the table")
         history_ax.set_ylabel("ms (median)")
         history_ax.legend(fontsize=7)

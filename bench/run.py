@@ -56,7 +56,7 @@ SIZES = {
     ),
     "full": Size(
         pair_rows=(100_000, 2_000_000),
-        pairs=7,
+        pairs=5,
         warmup=1,
         history_commits=(10, 1_000, 10_000),
         history_reps=15,

@@ -11,8 +11,14 @@ from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome, first_lines
-from dbt.adapters.fenced_spark.fence.history import Commit, parse_history
+from dbt.adapters.fenced_spark.fence.history import (
+    Commit,
+    HistoryReader,
+    SqlHistory,
+    parse_history,
+)
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, conflict_name
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
 from dbt.adapters.fenced_spark.relation import FencedSparkRelation
@@ -45,6 +51,14 @@ class FenceSql:
     def history(self, table: str, limit: int) -> list[Commit]:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
+
+    def log(self) -> HistoryReader:
+        # The embedded session reads the Delta log itself: no Spark job, no log listing.
+        handle = self.connections.get_thread_connection().handle
+        spark = getattr(getattr(handle, "handle", None), "spark", None)
+        if spark is None:
+            return SqlHistory(self)
+        return LogTail(spark, fallback=SqlHistory(self))
 
 
 class FencedSparkAdapter(SparkAdapter):
@@ -96,7 +110,8 @@ class FencedSparkAdapter(SparkAdapter):
         logger.info(f"Spark {str(spark).split()[0]}, Delta Lake {delta}")
 
     def _fence(self) -> Fence:
-        return Fence(FenceSql(self.connections), self.connections.single_attempt)
+        runner = FenceSql(self.connections)
+        return Fence(runner, self.connections.single_attempt, log=runner.log())
 
     def execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None

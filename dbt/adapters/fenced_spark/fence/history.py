@@ -3,7 +3,7 @@
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 TAG_KEY = "dbt_fenced_spark"
 
@@ -138,3 +138,35 @@ def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list
         for row in rows
     ]
     return sorted(commits, key=lambda c: c.version)
+
+
+class HistoryReader(Protocol):
+    def latest_version(self, table: str, known: int | None = None) -> int: ...
+
+    def commits_since(self, table: str, version: int) -> list[Commit]: ...
+
+
+class HistorySource(Protocol):
+    def history(self, table: str, limit: int) -> list[Commit]: ...
+
+
+class SqlHistory:
+    """The fence's history reads as `DESCRIBE HISTORY t LIMIT n`: any connection method."""
+
+    PAGE = 16
+
+    def __init__(self, source: HistorySource) -> None:
+        self.source = source
+
+    def latest_version(self, table: str, known: int | None = None) -> int:
+        # `known` only spares the log reader its search; one row of history is the answer here.
+        return self.source.history(table, 1)[-1].version
+
+    def commits_since(self, table: str, version: int) -> list[Commit]:
+        """Commits after `version`, oldest first; reads only the log's tail."""
+        limit = self.PAGE
+        while True:
+            commits = self.source.history(table, limit)
+            if len(commits) < limit or commits[0].version <= version + 1:
+                return [c for c in commits if c.version > version]
+            limit *= 4

@@ -1,5 +1,6 @@
 """The fence steps that run after the model's SQL is staged: pre-check, tagged write,
-verify, revert. Every step is plain SQL, so it works over any connection method."""
+verify, revert. Every step is plain SQL, so it works over any connection method; on the
+embedded session the history reads may come from the Delta log instead (`delta_log.LogTail`)."""
 
 import random
 import re
@@ -12,11 +13,15 @@ from typing import Any, NoReturn, Protocol
 from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome
-from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
+from dbt.adapters.fenced_spark.fence.history import (
+    Commit,
+    FenceTag,
+    HistoryReader,
+    SqlHistory,
+)
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
-HISTORY_PAGE = 16
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
 
@@ -109,10 +114,12 @@ class Fence:
         runner: SqlRunner,
         single_attempt: Callable[[], Any],
         sleep: Callable[[float], None] = time.sleep,
+        log: HistoryReader | None = None,
     ) -> None:
         self.runner = runner
         self.single_attempt = single_attempt
         self.sleep = sleep
+        self.log = log or SqlHistory(runner)
 
     def run(
         self,
@@ -133,7 +140,7 @@ class Fence:
                     f"retrying from the new version in {delay:.1f}s ({retry} of {retries})"
                 )
                 self.sleep(delay)
-                latest = self.latest_version(state.table)
+                latest = self.latest_version(state.table, known=state.expected_version)
                 state = replace(
                     state, read_version=latest, expected_version=latest, attempt=retry + 1
                 )
@@ -161,17 +168,12 @@ class Fence:
             return True
         return report.outcome == Outcome.NEVER_WRITTEN and not schema_changed
 
-    def latest_version(self, table: str) -> int:
-        return self.runner.history(table, 1)[-1].version
+    def latest_version(self, table: str, known: int | None = None) -> int:
+        return self.log.latest_version(table, known)
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""
-        limit = HISTORY_PAGE
-        while True:
-            commits = self.runner.history(table, limit)
-            if len(commits) < limit or commits[0].version <= version + 1:
-                return [c for c in commits if c.version > version]
-            limit *= 4
+        return self.log.commits_since(table, version)
 
     @contextmanager
     def tagged(self, state: FenceState, step: str) -> Iterator[None]:
@@ -201,7 +203,7 @@ class Fence:
         return [c for c in commits if c not in mine]
 
     def precheck(self, state: FenceState) -> None:
-        latest = self.latest_version(state.table)
+        latest = self.latest_version(state.table, known=state.expected_version)
         if latest == state.expected_version:
             return
         landed = self.foreign(state, self.commits_since(state.table, state.read_version))
@@ -284,7 +286,7 @@ class Fence:
 
         # Everything of ours since vB goes: restore to just before our first commit.
         first_ours = min(c.version for c in self.ours(state, commits))
-        latest = self.latest_version(state.table)
+        latest = self.latest_version(state.table, known=our.version)
         if latest != our.version:
             not_reverted(f"v{latest} landed after it, so a RESTORE would undo that too")
         try:

@@ -1,0 +1,64 @@
+"""The Delta log reader's search and parsing, on a log made of plain version numbers."""
+
+import pytest
+
+from dbt.adapters.fenced_spark.fence.delta_log import _gallop, commit_from_info
+from dbt.adapters.fenced_spark.fence.history import FenceTag
+
+
+class FakeLog:
+    def __init__(self, latest: int, first: int = 0) -> None:
+        self.latest, self.first = latest, first
+        self.probes: list[int] = []
+
+    def has(self, version: int) -> bool:
+        self.probes.append(version)
+        return self.first <= version <= self.latest
+
+
+@pytest.mark.parametrize("latest", [-1, 0, 1, 2, 9, 10, 17, 1023, 1024, 10_000])
+@pytest.mark.parametrize("start_back", [None, 0, 1, 9, 500])
+def test_gallop_finds_the_newest_version(latest, start_back):
+    start = -1 if start_back is None else max(-1, latest - start_back)
+    log = FakeLog(latest)
+    assert _gallop(log, start) == latest  # type: ignore[arg-type]
+
+
+def test_gallop_from_a_checkpoint_costs_a_few_probes_at_any_length():
+    for latest in (15, 10_005, 1_000_009):
+        log = FakeLog(latest, first=latest - 10)
+        assert _gallop(log, (latest // 10) * 10) == latest  # type: ignore[arg-type]
+        assert len(log.probes) <= 8
+
+
+def test_pre_check_on_an_unchanged_table_is_one_probe():
+    log = FakeLog(41)
+    assert _gallop(log, 41) == 41  # type: ignore[arg-type]
+    assert log.probes == [42]
+
+
+def test_commit_info_reads_like_a_history_row():
+    tag = FenceTag("inv", "model.p.orders", "merge", 7)
+    info = {
+        "timestamp": 1795000000000,
+        "operation": "MERGE",
+        "operationParameters": {"predicate": "[]"},
+        "readVersion": 7,
+        "isolationLevel": "Serializable",
+        "isBlindAppend": False,
+        "operationMetrics": {"numTargetRowsUpdated": "1", "numOutputRows": 2},
+        "userMetadata": tag.to_json(),
+        "engineInfo": "Apache-Spark/4.1.4 Delta-Lake/4.4.0",
+        "txnId": "x",
+    }
+    commit = commit_from_info(8, info)
+    assert (commit.version, commit.operation, commit.read_version) == (8, "MERGE", 7)
+    assert commit.tag == tag
+    assert commit.metrics == {"numTargetRowsUpdated": "1", "numOutputRows": "2"}
+    assert commit.timestamp is not None and commit.timestamp.startswith("2026-")
+
+
+def test_first_commit_and_foreign_writers_without_optional_fields():
+    commit = commit_from_info(0, {"operation": "CREATE TABLE"})
+    assert commit.read_version is None and commit.tag is None and commit.metrics == {}
+    assert commit_from_info(3, {}).operation == "None"  # as str(None) from a history row
