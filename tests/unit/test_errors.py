@@ -69,3 +69,16 @@ def test_every_attempt_is_listed():
     assert "attempts: 2 (fence_retries: 1), all refused:" in text
     assert "1. read v12; v13 UPDATE landed; never written" in text
     assert "2. read v13; v15 WRITE landed; written and reverted" in text
+
+
+def test_revert_reason_is_the_engines_line_not_dbts_header():
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from dbt.adapters.fenced_spark.fence.errors import reason
+
+    error = DbtRuntimeError(
+        "[DELTA_CONCURRENT_WRITE] ConcurrentWriteException: a commit landed\nat x"
+    )
+    assert str(error).splitlines()[0] == "Runtime Error"  # what the message used to show
+    assert reason(error) == "[DELTA_CONCURRENT_WRITE] ConcurrentWriteException: a commit landed"
+    assert reason(ValueError("")) == "ValueError"

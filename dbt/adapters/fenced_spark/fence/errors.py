@@ -14,6 +14,13 @@ def first_lines(text: str, limit: int = 6) -> str:
     return "\n".join(kept[:limit])
 
 
+def reason(error: BaseException, limit: int = 300) -> str:
+    """The engine's own first line: dbt's errors put a "Runtime Error" header before it."""
+    text = str(getattr(error, "msg", None) or error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:limit]
+
+
 class Outcome(StrEnum):
     COMMITTED = "committed"
     NO_CHANGE = "no_change"

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, Protocol
 
 from dbt.adapters.events.logging import AdapterLogger
 
-from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     FenceTag,
@@ -295,7 +295,7 @@ class Fence:
                     f"RESTORE TABLE {state.table} TO VERSION AS OF {first_ours - 1}"
                 )
         except Exception as exc:
-            not_reverted(f"the RESTORE failed: {str(exc).splitlines()[0][:300]}")
+            not_reverted(f"the RESTORE failed: {reason(exc)}")
         restores = self.ours(state, self.commits_since(state.table, our.version), "revert")
         if not restores or restores[-1].read_version != our.version:
             not_reverted(
