@@ -73,27 +73,43 @@ from
 
 
 class SparkTypes:
+    """The contract error prints the type names the connection's cursor describes: Spark's
+    `simpleString()` on the session; over Thrift, PyHive's cursor description gives the
+    HiveServer2 type id (`INT_TYPE`, `ARRAY_TYPE`, `DECIMAL_TYPE`), as dbt-spark's own tests
+    expect for its Thrift-protocol connections. The yml side is Spark SQL on both profiles."""
+
     @pytest.fixture
-    def string_type(self):
+    def string_type(self, dbt_profile_name):
+        return "STRING_TYPE" if dbt_profile_name == "thrift" else "string"
+
+    @pytest.fixture
+    def int_type(self, dbt_profile_name):
+        return "INT_TYPE" if dbt_profile_name == "thrift" else "int"
+
+    @pytest.fixture
+    def schema_string_type(self):
         return "string"
 
     @pytest.fixture
-    def int_type(self):
+    def schema_int_type(self):
         return "int"
 
     @pytest.fixture
-    def data_types(self, int_type, string_type):
+    def data_types(self, dbt_profile_name):
+        thrift = dbt_profile_name == "thrift"
         # sql_column_value, schema_data_type, error_data_type
         return [
-            # the contract error prints Spark's lower-case type names
-            ["1", "int", "int"],
-            ["'1'", "string", "string"],
-            ["true", "boolean", "boolean"],
-            ["cast('2019-01-01' as date)", "date", "date"],
-            ["cast('2019-01-01' as timestamp)", "timestamp", "timestamp"],
-            ["array('a', 'b')", "array<string>", "array<string>"],
-            ["array(1, 2)", "array<int>", "array<int>"],
-            ["cast(6.45 as decimal(4, 2))", "decimal(4,2)", "decimal(4,2)"],
+            [sql, schema_type, thrift_type if thrift else session_type]
+            for sql, schema_type, session_type, thrift_type in [
+                ["1", "int", "int", "INT_TYPE"],
+                ["'1'", "string", "string", "STRING_TYPE"],
+                ["true", "boolean", "boolean", "BOOLEAN_TYPE"],
+                ["cast('2019-01-01' as date)", "date", "date", "DATE_TYPE"],
+                ["cast('2019-01-01' as timestamp)", "timestamp", "timestamp", "TIMESTAMP_TYPE"],
+                ["array('a', 'b')", "array<string>", "array<string>", "ARRAY_TYPE"],
+                ["array(1, 2)", "array<int>", "array<int>", "ARRAY_TYPE"],
+                ["cast(6.45 as decimal(4, 2))", "decimal(4,2)", "decimal(4,2)", "DECIMAL_TYPE"],
+            ]
         ]
 
 
