@@ -68,7 +68,7 @@ def _targets(r: Results) -> list[str]:
         out.append(
             f"| median fenced/stock ≤ 1.05 for merge at 2M rows, session | {median:.3f} at "
             f"{label} rows{'' if largest.rows >= 2_000_000 else ' (2M not run at this size)'} | "
-            f"{_yes(median <= 1.05)} |"
+            f"{_yes(median <= 1.05) if largest.rows >= 2_000_000 else '–'} |"
         )
     for reader in ("delta_log", "sql"):
         rows = [h for h in r.history if h.reader == reader]
