@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lakehouse import FenceRunner, Lakehouse
+from bench.lakehouse import FenceRunner, Lakehouse, strict_append
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import FenceState
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads
@@ -85,15 +85,7 @@ def _fenced(spark: Any, table: str, batch_id: int, retries: int, invocation: str
         runner.execute(f"create or replace temporary view {view} as {pinned}")
 
     read_version = fence.latest_version(table)
-    state = FenceState(
-        table=table,
-        display=table,
-        strategy="append_if_unchanged",
-        read_version=read_version,
-        expected_version=read_version,
-        invocation_id=invocation,
-        node=f"model.bench.batch_{batch_id}",
-    )
+    state = strict_append(table, read_version, invocation, f"model.bench.batch_{batch_id}")
     stage(state)
     try:
         fence.run(state, f"insert into {table} select * from {view}", retries, restage=stage)

@@ -20,9 +20,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.lakehouse import READERS, FenceRunner, Lakehouse
+from bench.lakehouse import READERS, FenceRunner, Lakehouse, strict_append
 from dbt.adapters.fenced_spark.fence.errors import Outcome
-from dbt.adapters.fenced_spark.fence.protocol import FenceState
 
 SCHEMA = "bench_history"
 TEMPLATE_VERSION = 20  # Delta's own empty commit and checkpoint, copied from here on
@@ -169,14 +168,8 @@ def measure(house: Lakehouse, table: str, result: HistoryResult, reps: int) -> N
         runner.calls.clear()
         # Capture and write are separate adapter calls, each with a new Fence (and reader).
         read_version = runner.fence().latest_version(table)
-        state = FenceState(
-            table=table,
-            display=table,
-            strategy="append_if_unchanged",
-            read_version=read_version,
-            expected_version=read_version,
-            invocation_id=invocation,
-            node=f"model.bench.history_{result.reader}_{rep}",
+        state = strict_append(
+            table, read_version, invocation, f"model.bench.history_{result.reader}_{rep}"
         )
         written = runner.fence().write(state, f"insert into {table} values ({-rep - 1}, 'fenced')")
         if written.outcome != Outcome.COMMITTED or written.commit_version != read_version + 1:

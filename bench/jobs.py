@@ -170,15 +170,7 @@ def _measure(house: Lakehouse, method: str, runs: int, probe: Any) -> list[Count
             for adapter in ORDER:
                 run = Run(adapter, batch, 0)
                 first = probe.last_job()
-                results = house.dbt(
-                    "run",
-                    "--select",
-                    model,
-                    "--vars",
-                    json.dumps({"batch": batch}),
-                    target=adapter + suffix,
-                    tag=TAG,
-                )
+                results = house.run_batch(model, batch, target=adapter + suffix, tag=TAG)
                 run.seconds = model_seconds(results, adapter)
                 probe.count(run, first)
                 count.runs.append(run)

@@ -22,7 +22,7 @@ from dbt.adapters.fenced_spark.fence.history import (
     SqlHistory,
     parse_history,
 )
-from dbt.adapters.fenced_spark.fence.protocol import Fence
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -71,6 +71,19 @@ class FenceRunner:
         sql = SqlHistory(self)
         log = LogTail(self.spark, fallback=sql) if self.reader == "delta_log" else sql
         return Fence(self, nullcontext, sleep=sleep, log=TimedLog(self, log))
+
+
+def strict_append(table: str, read_version: int, invocation: str, node: str) -> FenceState:
+    """The fence's state for an append_if_unchanged run that captured `read_version`."""
+    return FenceState(
+        table=table,
+        display=table,
+        strategy="append_if_unchanged",
+        read_version=read_version,
+        expected_version=read_version,
+        invocation_id=invocation,
+        node=node,
+    )
 
 
 class TimedLog:
@@ -131,6 +144,12 @@ class Lakehouse:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+    def run_batch(self, model: str, batch: int, target: str, tag: str) -> dict[str, Any]:
+        """One incremental run of `model` on source batch `batch`."""
+        return self.dbt(
+            "run", "--select", model, "--vars", json.dumps({"batch": batch}), target=target, tag=tag
+        )
 
     def dbt(self, *args: str, target: str, tag: str) -> dict[str, Any]:
         """Runs dbt here, in this process; returns its run_results.json."""

@@ -1,6 +1,5 @@
 """Part 1: the same incremental model under stock dbt-spark and fenced_spark, A B A B."""
 
-import json
 import statistics
 from dataclasses import dataclass, field
 
@@ -83,15 +82,7 @@ def run(house: Lakehouse, sizes: tuple[int, ...], pairs: int, warmup: int) -> li
             for batch in range(1, warmup + pairs + 1):
                 seconds = {}
                 for adapter in ORDER:
-                    results = house.dbt(
-                        "run",
-                        "--select",
-                        model,
-                        "--vars",
-                        json.dumps({"batch": batch}),
-                        target=adapter,
-                        tag=tag,
-                    )
+                    results = house.run_batch(model, batch, target=adapter, tag=tag)
                     seconds[adapter] = model_seconds(results, adapter)
                 pair = Pair(batch, seconds["stock"], seconds["fenced"])
                 (series.warmup if batch <= warmup else series.pairs).append(pair)
