@@ -10,7 +10,8 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo scorecard bench test unit functional thrift conformance lint format clean
+.PHONY: setup demo scorecard bench test unit functional thrift conformance reliability lint \
+	format clean
 
 setup: $(STAMP)
 
@@ -66,6 +67,15 @@ conformance: setup
 	  --junitxml=.cache/conformance/thrift.xml
 	$(PY) -m tests.conformance.report --command "make conformance" \
 	  .cache/conformance/session.xml .cache/conformance/thrift.xml
+
+# The long crash and soak runs (make test runs short ones); regenerates docs/reliability.md.
+CRASH_TRIALS ?= 25
+SOAK_TRIALS ?= 100
+reliability: setup
+	CRASH_TRIALS=$(CRASH_TRIALS) SOAK_TRIALS=$(SOAK_TRIALS) \
+	  $(call pytest,tests/functional/test_crash.py tests/functional/test_soak.py -q -ra)
+	$(PY) -m tests.reliability_report \
+	  --command "make reliability CRASH_TRIALS=$(CRASH_TRIALS) SOAK_TRIALS=$(SOAK_TRIALS)"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,115 @@
+"""One `dbt run` of a fenced model in its own process, SIGKILLed inside a chosen fence step.
+
+It prints a `STEP <name>` line, flushed, as each fence step starts. On entering the step
+named by `kill_step`, a timer sends this process SIGKILL after `kill_ms`: the timer lives in
+the dying process because a parent reading pipes on a busy machine misses steps that last
+milliseconds (capture and verify read the log without a Spark job). `race` mode commits a
+foreign UPDATE right after the pre-check (from another session of this JVM), which sends the
+fence down its revert path.
+
+    python -m tests.functional.crash_child <project_dir> <folder> <table> <location>
+        <plain|race> <kill_step> <kill_ms> <dbt args as JSON>
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from dbt.adapters.fenced_spark import session
+from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
+from dbt.adapters.fenced_spark.fence import protocol
+from dbt.adapters.fenced_spark.impl import FencedSparkAdapter, FenceSql
+
+KILL = {"step": "", "seconds": 0.0}
+
+
+def step(name: str) -> None:
+    print(f"STEP {name}", flush=True)
+    if name == KILL["step"]:
+        KILL["step"] = ""
+        timer = threading.Timer(KILL["seconds"], os.kill, (os.getpid(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
+
+def instrument(race_sql: str | None) -> None:
+    latest_version = protocol.Fence.latest_version
+    commits_since = protocol.Fence.commits_since
+    precheck = protocol.Fence.precheck
+    execute = FenceSql.execute
+    fence_stage = FencedSparkAdapter.fence_stage
+    seen = {"capture": False, "write": False, "race": False}
+
+    def on_latest(self: protocol.Fence, table: str, known: int | None = None) -> int:
+        if not seen["capture"]:
+            seen["capture"] = True
+            step("capture")
+        return latest_version(self, table, known)
+
+    def on_commits(self: protocol.Fence, table: str, version: int) -> Any:
+        if seen["write"]:
+            step("verify")
+        return commits_since(self, table, version)
+
+    def on_precheck(self: protocol.Fence, state: protocol.FenceState) -> None:
+        step("precheck")
+        precheck(self, state)
+        if race_sql and not seen["race"]:
+            seen["race"] = True
+            root = session._root
+            assert root is not None
+            root.newSession().sql(race_sql)
+            step("raced")
+
+    def on_execute(self: FenceSql, sql: str) -> None:
+        verb = sql.lstrip().split(None, 1)[0].upper()
+        if verb in ("MERGE", "INSERT"):
+            seen["write"] = True
+            step("write")
+        elif verb == "RESTORE":
+            step("revert")
+        execute(self, sql)
+
+    def on_stage(self: FencedSparkAdapter, *args: Any) -> str:
+        step("stage")
+        return fence_stage(self, *args)
+
+    protocol.Fence.latest_version = on_latest  # type: ignore[method-assign]
+    protocol.Fence.commits_since = on_commits  # type: ignore[method-assign]
+    protocol.Fence.precheck = on_precheck  # type: ignore[method-assign]
+    FenceSql.execute = on_execute  # type: ignore[method-assign]
+    FencedSparkAdapter.fence_stage = on_stage  # type: ignore[method-assign]
+
+
+def main() -> int:
+    project_dir, folder, table, location, mode, kill_step, kill_ms, args = sys.argv[1:9]
+    KILL.update(step=kill_step, seconds=int(kill_ms) / 1000)
+    from tests.conftest import REPO
+
+    creds = FencedSparkCredentials(
+        schema="analytics",
+        folder=folder,
+        jars_cache=f"{REPO}/.cache/ivy",
+    )
+    spark = session.root_session(creds)
+    # This JVM's own catalog entry for the table the parent created at `location`.
+    schema = table.split(".")[0]
+    spark.sql(f"create schema if not exists {schema}")
+    spark.sql(f"create table if not exists {table} using delta location '{location}'")
+    instrument(f"update {table} set status = 'cancelled' where id = 1" if mode == "race" else None)
+    step("dbt")
+
+    from dbt.cli.main import dbtRunner
+
+    result = dbtRunner().invoke(
+        [*json.loads(args), "--project-dir", project_dir, "--profiles-dir", project_dir]
+    )
+    step("done" if result.success else "failed")
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
