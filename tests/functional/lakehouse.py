@@ -1,6 +1,7 @@
 """Reading a Delta table's truth, and writing to it as somebody else."""
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 from dbt.tests.util import run_dbt
+
+from dbt.adapters.fenced_spark.impl import FenceSql
 
 
 @dataclass
@@ -78,6 +81,29 @@ class ForeignWriter:
         self._thread.join(timeout=180)
         if self.error is not None:
             raise self.error
+
+
+class ForeignAroundWrite(FenceSql):
+    """The fence's runner with another writer committing right before our write statement
+    starts (after the pre-check), and optionally right after it lands; `times` caps it."""
+
+    def __init__(self, connections, writer, before, after=None, times=None):
+        super().__init__(connections)
+        self.writer, self.before, self.after, self.times = writer, before, after, times
+        self.fired = 0
+
+    def execute(self, sql):
+        # dbt-core's get_merge_sql starts with a `--` comment line.
+        statement = re.sub(r"^(\s*--[^\n]*\n)*\s*", "", sql).lower()
+        is_write = statement.startswith(("merge", "insert into"))
+        if not is_write or (self.times is not None and self.fired >= self.times):
+            super().execute(sql)
+            return
+        self.fired += 1
+        self.writer.sql(self.before(self.fired))
+        super().execute(sql)
+        if self.after:
+            self.writer.sql(self.after)
 
 
 def long_spark_job(spark, seconds: float = 1.0) -> Callable[[], bool]:

@@ -7,9 +7,8 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
-from dbt.adapters.fenced_spark.impl import FenceSql
 from tests.conftest import profile_target
-from tests.functional.lakehouse import ForeignWriter, history, ours, rows
+from tests.functional.lakehouse import ForeignAroundWrite, ForeignWriter, history, ours, rows
 
 UPSERT = """
 {{{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}}}
@@ -21,27 +20,6 @@ GROWING = """
           on_schema_change='append_new_columns') }}
 select id, 'v' as val {% if var('grow', false) %}, 'new' as extra {% endif %} from range(1, 3)
 """
-
-
-class ForeignAroundWrite(FenceSql):
-    """The fence's runner with another writer committing right before our write statement
-    starts (after the pre-check), and optionally right after it lands; `times` caps it."""
-
-    def __init__(self, connections, writer, before, after=None, times=None):
-        super().__init__(connections)
-        self.writer, self.before, self.after, self.times = writer, before, after, times
-        self.fired = 0
-
-    def execute(self, sql):
-        is_write = sql.lstrip().lower().startswith(("merge", "insert into"))
-        if not is_write or (self.times is not None and self.fired >= self.times):
-            super().execute(sql)
-            return
-        self.fired += 1
-        self.writer.sql(self.before(self.fired))
-        super().execute(sql)
-        if self.after:
-            self.writer.sql(self.after)
 
 
 class TestFourThreads:

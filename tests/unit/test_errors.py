@@ -1,5 +1,9 @@
 """What a fence failure says: table, vB, what landed, what happened to our write, what to do."""
 
+from contextlib import nullcontext
+
+import pytest
+
 from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome, first_lines
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import conflict_name, set_conf_sql
@@ -82,3 +86,69 @@ def test_revert_reason_is_the_engines_line_not_dbts_header():
     assert str(error).splitlines()[0] == "Runtime Error"  # what the message used to show
     assert reason(error) == "[DELTA_CONCURRENT_WRITE] ConcurrentWriteException: a commit landed"
     assert reason(ValueError("")) == "ValueError"
+
+
+def nested(message: str):
+    """An engine error as dbt-spark hands it on: re-raised once more, header and all."""
+    from dbt_common.exceptions import DbtRuntimeError
+
+    return DbtRuntimeError(str(DbtRuntimeError(message)))
+
+
+def test_engine_message_drops_every_runtime_error_header():
+    from dbt.adapters.fenced_spark.fence.errors import engine_message, reason
+
+    error = nested("[DELTA_X] first line\n  indented detail")
+    assert str(error).splitlines()[:2] == ["Runtime Error", "  Runtime Error"]
+    assert engine_message(error) == "[DELTA_X] first line\n  indented detail"
+    assert reason(error) == "[DELTA_X] first line"
+
+
+def test_first_lines_stops_at_the_sqlstate_before_the_plan():
+    text = "[T] gone. SQLSTATE: 42P01; line 1 pos 0;\n'DescribeDeltaHistory 1, [version#1L]"
+    assert first_lines(text) == "[T] gone. SQLSTATE: 42P01; line 1 pos 0;"
+
+
+def test_a_table_that_is_gone_is_a_refusal_that_says_so_and_is_not_retried():
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+
+    class Gone:
+        def execute(self, sql):
+            assert sql.startswith(("SET", "RESET")), f"only the tag's confs may run: {sql}"
+
+        def history(self, table, limit):
+            raise nested("[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found. Verify")
+
+    state = FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t")
+    with pytest.raises(FenceViolation) as refused:
+        Fence(Gone(), nullcontext, sleep=lambda _: None).run(state, "merge ...", retries=3)
+    report = refused.value.report
+    assert report.outcome == Outcome.NEVER_WRITTEN and report.earlier_attempts == []
+    text = report.message()
+    assert "landed meanwhile:\n    - the table itself: dropped\n" in text
+    assert (
+        "detected by: pre-check: expected v4, found no table: "
+        "[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found. Verify\n"
+    ) in text
+    assert "its first run creates the table anew" in text and "Runtime Error" not in text
+
+    class Parquet(Gone):
+        def history(self, table, limit):
+            raise nested("[DELTA_ONLY_OPERATION] DESCRIBE HISTORY is only supported for Delta")
+
+    with pytest.raises(FenceViolation) as refused:
+        Fence(Parquet(), nullcontext).precheck(state)
+    text = refused.value.report.message()
+    assert "the table itself: re-created as a table that is not Delta" in text
+    assert "found a table that is not Delta: [DELTA_ONLY_OPERATION]" in text
+    assert "run the model once with --full-refresh" in text
+
+    class Broken(Gone):
+        def history(self, table, limit):
+            raise DbtRuntimeError("connection reset")
+
+    with pytest.raises(DbtRuntimeError) as raised:
+        Fence(Broken(), nullcontext).precheck(state)
+    assert not isinstance(raised.value, FenceViolation)  # not every failure is a gone table

@@ -7,12 +7,18 @@ from dbt.adapters.base import available
 from dbt.adapters.base.impl import AdapterTrackingRelationInfo
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome, first_lines
+from dbt.adapters.fenced_spark.fence.errors import (
+    FenceViolation,
+    Outcome,
+    engine_message,
+    first_lines,
+)
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     HistoryReader,
@@ -21,7 +27,7 @@ from dbt.adapters.fenced_spark.fence.history import (
 )
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, conflict_name
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
-from dbt.adapters.fenced_spark.relation import FencedSparkRelation
+from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 
 logger = AdapterLogger("FencedSpark")
 
@@ -100,6 +106,13 @@ class FencedSparkAdapter(SparkAdapter):
             node.config["file_format"] = "delta"
         return super().pre_model_hook(config)
 
+    def quote(self, identifier: str) -> str:  # type: ignore[override]
+        return quote_name(identifier)
+
+    def get_columns_in_relation(self, relation: Any) -> list[SparkColumn]:
+        # dbt-spark builds its own SparkColumn, whose `quoted` breaks on a name with a backquote.
+        return [FencedSparkColumn.of(c) for c in super().get_columns_in_relation(relation)]
+
     def debug_query(self) -> None:
         # `dbt debug` is where users check what they run on: report Spark's and Delta's versions.
         _, table = self.execute(
@@ -145,16 +158,22 @@ class FencedSparkAdapter(SparkAdapter):
         relation: FencedSparkRelation,
         staging: FencedSparkRelation,
         compiled_code: str,
-        version: int,
+        fence: dict[str, Any],
     ) -> str:
-        """The model SQL, its self-reads pinned to `version`, in the run's temp view."""
+        """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view."""
+        state = FenceState.from_dict(fence)
         pinned = pin_self_reads(
-            compiled_code, str(relation.schema), str(relation.identifier), int(version)
+            compiled_code, str(relation.schema), str(relation.identifier), state.read_version
         )
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
         )
-        FenceSql(self.connections).execute(str(view_sql))
+        try:
+            FenceSql(self.connections).execute(str(view_sql))
+        except DbtRuntimeError:
+            # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
+            self._fence().precheck(state)
+            raise
         return ""
 
     @available
@@ -188,7 +207,7 @@ class FencedSparkAdapter(SparkAdapter):
 
         def restage(new: FenceState) -> None:
             # A retry recomputes from the new vB: same staging view, pinned anew.
-            self.fence_stage(relation, staging, compiled_code, new.read_version)
+            self.fence_stage(relation, staging, compiled_code, new.to_dict())
 
         try:
             result = self._fence().run(state, sql, retries=int(retries), restage=restage)
@@ -199,7 +218,7 @@ class FencedSparkAdapter(SparkAdapter):
             # model, and keep Delta's words without the JVM's stack.
             raise DbtRuntimeError(
                 f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
-                f"was written. Delta said:\n{first_lines(str(exc))}"
+                f"was written. Delta said:\n{first_lines(engine_message(exc))}"
             ) from exc
         finally:
             # Temp views live as long as the connection; this one must not outlive the run.

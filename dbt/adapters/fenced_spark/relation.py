@@ -1,11 +1,32 @@
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
+from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.relation import SparkRelation
+
+
+def quote_name(name: str) -> str:
+    # dbt-spark wraps names in backquotes as they are; one inside must be doubled.
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass
+class FencedSparkColumn(SparkColumn):
+    @classmethod
+    def of(cls, column: SparkColumn) -> "FencedSparkColumn":
+        return cls(**{f.name: getattr(column, f.name) for f in dataclasses.fields(column)})
+
+    @property
+    def quoted(self) -> str:
+        return quote_name(self.column)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FencedSparkRelation(SparkRelation):
+    def quoted(self, identifier: str) -> str:
+        return quote_name(identifier)
+
     @property
     def fence_name(self) -> str:
         """Always-quoted name for the fence's own statements, whatever the quote policy."""

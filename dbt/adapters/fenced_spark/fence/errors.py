@@ -1,5 +1,6 @@
 """The one error a fence failure raises, and the words it uses."""
 
+import textwrap
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -8,17 +9,39 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.fence.history import Commit
 
 
-def first_lines(text: str, limit: int = 6) -> str:
-    """An engine error without its stack trace."""
-    kept = [line for line in text.splitlines() if not line.lstrip().startswith("at ")]
+def first_lines(text: str, limit: int = 12) -> str:
+    """An engine error without its stack trace, or the query plan Spark appends after the
+    SQLSTATE that ends its own message."""
+    kept = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("at "):
+            continue
+        kept.append(line)
+        if "SQLSTATE:" in line:
+            break
     return "\n".join(kept[:limit])
 
 
-def reason(error: BaseException, limit: int = 300) -> str:
-    """The engine's own first line: dbt's errors put a "Runtime Error" header before it."""
+def engine_message(error: BaseException) -> str:
+    """The engine's own words: dbt-spark re-raises every error once more, and each level adds
+    an indented "Runtime Error" header."""
     text = str(getattr(error, "msg", None) or error)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    while text.startswith("Runtime Error\n"):
+        text = textwrap.dedent(text.split("\n", 1)[1])
+    return text.strip()
+
+
+def reason(error: BaseException, limit: int = 300) -> str:
+    """The engine's own first line."""
+    lines = [line.strip() for line in engine_message(error).splitlines() if line.strip()]
     return (lines[0] if lines else type(error).__name__)[:limit]
+
+
+class Gone(StrEnum):
+    """What became of a table whose history can no longer be read."""
+
+    DROPPED = "dropped"
+    NOT_DELTA = "re-created as a table that is not Delta"
 
 
 class Outcome(StrEnum):
@@ -40,6 +63,8 @@ class FenceReport:
     revert_version: int | None = None
     cause: str | None = None
     revert_error: str | None = None
+    # Set when the table's history could not be read at all: no version to compare with.
+    gone: Gone | None = None
     earlier_attempts: list["FenceReport"] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -63,7 +88,9 @@ class FenceReport:
         )
 
     def message(self) -> str:
-        if self.landed:
+        if self.gone:
+            landed = f"    - the table itself: {self.gone.value}"
+        elif self.landed:
             landed = "\n".join(f"    - {c.describe()}" for c in self.landed)
         else:
             landed = "    - (no foreign commit is in the history; see the cause below)"
@@ -84,6 +111,13 @@ class FenceReport:
                 lines.append(f"    {number}. {attempt.summary()}")
         if self.outcome == Outcome.NOT_REVERTED:
             lines.append("  what to do: fix the table by hand as above, then re-run the model.")
+        elif self.gone == Gone.DROPPED:
+            lines.append("  what to do: re-run the model; its first run creates the table anew.")
+        elif self.gone == Gone.NOT_DELTA:
+            lines.append(
+                "  what to do: run the model once with --full-refresh to rebuild the table as "
+                "Delta; a plain re-run refuses a table that is not Delta."
+            )
         else:
             lines.append(
                 "  what to do: re-run the model; it recomputes from the new version. "

@@ -18,7 +18,9 @@ class FenceTag:
     step: str = "write"
 
     def to_json(self) -> str:
-        return json.dumps(
+        # Spark substitutes `${...}` in SQL text, quoted or not, so the SET that carries the tag
+        # would rewrite a `$` in a node name; JSON's \u0024 reads back as the same `$`.
+        text = json.dumps(
             {
                 TAG_KEY: 1,
                 "invocation_id": self.invocation_id,
@@ -31,6 +33,7 @@ class FenceTag:
             ensure_ascii=True,
             separators=(",", ":"),
         )
+        return text.replace("$", "\\u0024")
 
     def same_run(self, other: Optional["FenceTag"]) -> bool:
         return (

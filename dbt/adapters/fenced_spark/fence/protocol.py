@@ -11,8 +11,15 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn, Protocol
 
 from dbt.adapters.events.logging import AdapterLogger
+from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome, reason
+from dbt.adapters.fenced_spark.fence.errors import (
+    FenceReport,
+    FenceViolation,
+    Gone,
+    Outcome,
+    reason,
+)
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     FenceTag,
@@ -34,6 +41,13 @@ _CONFLICT = re.compile(
     r"|DELTA_CONCURRENT_\w+|DELTA_MAX_COMMIT_RETRIES_EXCEEDED"
     r"|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
 )
+
+
+# What Spark and Delta say when a table is gone, or is no longer Delta.
+_GONE = {
+    Gone.DROPPED: re.compile(r"TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND"),
+    Gone.NOT_DELTA: re.compile(r"DELTA_ONLY_OPERATION|DELTA_MISSING_DELTA_TABLE|not a Delta table"),
+}
 
 
 def conflict_name(error: BaseException) -> str | None:
@@ -140,7 +154,7 @@ class Fence:
                     f"retrying from the new version in {delay:.1f}s ({retry} of {retries})"
                 )
                 self.sleep(delay)
-                latest = self.latest_version(state.table, known=state.expected_version)
+                latest = self._latest_or_fail(state)
                 state = replace(
                     state, read_version=latest, expected_version=latest, attempt=retry + 1
                 )
@@ -151,7 +165,8 @@ class Fence:
             except FenceViolation as violation:
                 attempt_seconds = time.monotonic() - started
                 report = violation.report
-                if retry == retries or not self._nothing_of_ours_remains(state, report):
+                done = retry == retries or report.gone is not None  # no version to retry from
+                if done or not self._nothing_of_ours_remains(state, report):
                     if not refused:
                         raise
                     # The message is built with the report: rebuild it to list every attempt.
@@ -202,8 +217,26 @@ class Fence:
         mine = self.ours(state, commits)
         return [c for c in commits if c not in mine]
 
+    def _latest_or_fail(self, state: FenceState) -> int:
+        try:
+            return self.latest_version(state.table, known=state.expected_version)
+        except DbtRuntimeError as exc:
+            gone = next((g for g, words in _GONE.items() if words.search(str(exc))), None)
+            if gone is None:
+                raise
+            # Dropped, or re-created as another format, since vB: a refusal, not a crash.
+            found = "no table" if gone == Gone.DROPPED else "a table that is not Delta"
+            expected = f"v{state.expected_version}"
+            self._fail(
+                state,
+                Outcome.NEVER_WRITTEN,
+                [],
+                cause=f"pre-check: expected {expected}, found {found}: {reason(exc)}",
+                gone=gone,
+            )
+
     def precheck(self, state: FenceState) -> None:
-        latest = self.latest_version(state.table, known=state.expected_version)
+        latest = self._latest_or_fail(state)
         if latest == state.expected_version:
             return
         landed = self.foreign(state, self.commits_since(state.table, state.read_version))

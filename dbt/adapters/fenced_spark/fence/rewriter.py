@@ -7,6 +7,7 @@ When sqlglot cannot parse the SQL, a token-level scan with sqlglot's tokenizer d
 same job with the grammar rules spelled out below.
 """
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,9 +51,26 @@ def reads_self(sql: str, schema: str, identifier: str) -> bool:
     return pin_self_reads(sql, schema, identifier, 0) != sql
 
 
+_BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _tokens(sql: str) -> list[Token]:
+    dialect = sqlglot.Dialect.get_or_raise("spark")
+    tokens = dialect.tokenize(sql)
+    # Spark takes a keyword as a part of a dotted name (`s.select`, `from.t`); sqlglot
+    # tokenizes it as the keyword and then fails, or drops the part (`from.t` -> `t`).
+    for i, token in enumerate(tokens):
+        dotted = (i > 0 and tokens[i - 1].token_type == TokenType.DOT) or (
+            i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.DOT
+        )
+        if dotted and _BARE_WORD.fullmatch(sql[token.start : token.end + 1]):
+            token.token_type = TokenType.VAR
+    return tokens
+
+
 def _reference_ends_parsed(sql: str, target: Target) -> list[int]:
     ends = []
-    for statement in sqlglot.parse(sql, read="spark"):
+    for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(_tokens(sql), sql):
         if statement is None:
             continue
         for table in statement.find_all(exp.Table):
@@ -73,7 +91,7 @@ _NOT_A_TABLE_AFTER = {TokenType.DOT, TokenType.L_PAREN}
 
 
 def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
-    tokens = sqlglot.Dialect.get_or_raise("spark").tokenize(sql)
+    tokens = _tokens(sql)
     ends = []
     for i in range(len(tokens)):
         parts = _dotted_name_at(tokens, i)

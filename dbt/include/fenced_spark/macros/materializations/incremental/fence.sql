@@ -50,7 +50,7 @@
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- do adapter.fence_stage(this, staging, compiled_code, read_version) -%}
+  {%- do adapter.fence_stage(this, staging, compiled_code, fence) -%}
   {%- if settings.strategy == 'merge' -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}

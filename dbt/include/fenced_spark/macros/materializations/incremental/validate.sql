@@ -138,8 +138,14 @@
   {%- set columns = adapter.get_columns_in_relation(staging) | map(attribute='name') | list -%}
   {%- set known = columns | map('lower') | list -%}
   {%- set missing = [] -%}
-  {%- for key in keys if key | lower not in known -%}
-    {%- do missing.append(key) -%}
+  {%- for key in keys -%}
+    {#-- dbt-spark puts the key into the MERGE as written, so a hostile column name comes
+         backquoted: compare the name inside the quotes. --#}
+    {%- set quoted = key | length > 1 and key[0] == '`' and key[-1] == '`' -%}
+    {%- set name = key[1:-1].replace('``', '`') if quoted else key -%}
+    {%- if name | lower not in known -%}
+      {%- do missing.append(key) -%}
+    {%- endif -%}
   {%- endfor -%}
   {% set missing_column_msg -%}
     Model {{ this.render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.

@@ -1,0 +1,544 @@
+"""docs/errors.md, checked: every entry's message is produced here on real Spark + Delta and
+must equal the doc's block, once normalised. `UPDATE_ERRORS_DOC=1` rewrites the blocks from
+the messages instead; the headings and the prose around them stay hand-written."""
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from dbt.exceptions import ParsingError
+from dbt.tests.util import run_dbt
+
+from dbt.adapters.fenced_spark import impl
+from dbt.adapters.fenced_spark.fence import protocol
+from tests.conftest import REPO
+from tests.functional.lakehouse import (
+    ForeignAroundWrite,
+    ForeignWriter,
+    history,
+    long_spark_job,
+    ours,
+    rows,
+)
+from tests.functional.test_merge_races import ORDERS
+from tests.functional.test_strict_races import APPENDED
+from tests.functional.test_watermark_and_retries import COMPILE_TIME_WATERMARK
+
+DOC = Path(REPO) / "docs" / "errors.md"
+UPDATE = os.environ.get("UPDATE_ERRORS_DOC") == "1"
+
+pytestmark = pytest.mark.skip_profile(
+    "thrift",
+    reason="the catalogue holds the session's words; over thrift, errors come wrapped by Hive",
+)
+
+HEADING = re.compile(r"^### (E\d{3}) .*$", re.M)
+SECTION_END = re.compile(r"^#{1,3} ", re.M)
+BLOCK = re.compile(r"^```text\n(.*?)^```\n", re.M | re.S)
+
+
+def sections(doc: str) -> dict[str, tuple[int, int]]:
+    """Each entry's span in the doc: from its heading to the next heading."""
+    spans = {}
+    for heading in HEADING.finditer(doc):
+        following = SECTION_END.search(doc, heading.end())
+        spans[heading.group(1)] = (heading.end(), following.start() if following else len(doc))
+    return spans
+
+
+def doc_blocks(doc: str) -> dict[str, str | None]:
+    blocks: dict[str, str | None] = {}
+    for entry, (start, end) in sections(doc).items():
+        block = BLOCK.search(doc, start, end)
+        blocks[entry] = block.group(1).rstrip("\n") if block else None
+    return blocks
+
+
+def rewrite_block(doc: str, entry: str, text: str) -> str:
+    start, end = sections(doc)[entry]
+    fenced = f"```text\n{text}\n```\n"
+    block = BLOCK.search(doc, start, end)
+    if block:
+        return doc[: block.start()] + fenced + doc[block.end() :]
+    body = doc[start:end].rstrip("\n")
+    return doc[:start] + body + "\n\n" + fenced + "\n" + doc[end:]
+
+
+# What varies per run, machine or version, and what the doc shows instead.
+def normalise(text: str, schema: str, paths: dict[str, str]) -> str:
+    for path, placeholder in paths.items():
+        text = re.sub(r"(file:)?" + re.escape(path.rstrip("/")), placeholder, text)
+    text = re.sub(re.escape(schema), "analytics", text, flags=re.I)
+    text = re.sub(r"__fence_[0-9a-f]{12}", "__fence_<hash>", text)
+    text = re.sub(r"invocation [0-9a-f-]{36}", "invocation <invocation_id>", text)
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", "<timestamp>", text)
+    text = re.sub(r"(Apache-Spark|Delta-Lake)/[\w.-]+", r"\1/<version>", text)
+    # A foreign commit's userName: none on the session ("an unnamed writer"), the client's
+    # user over thrift. Our own commits say "dbt-fenced-spark <node>".
+    text = re.sub(r" by (?!dbt-fenced-spark )(.+?) via ", " by <user> via ", text)
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+COVERED: set[str] = set()
+
+
+def produces(*entries: str) -> Callable:
+    COVERED.update(entries)
+    return lambda test: test
+
+
+@pytest.fixture
+def catalogue(project, lakehouse) -> Callable[[str, str], None]:
+    """check(entry, message): the normalised message must be the doc's block for `entry`."""
+    paths = {lakehouse: "<lakehouse>", str(project.project_root): "<project>"}
+
+    def check(entry: str, message: str) -> None:
+        actual = normalise(message, project.test_schema, paths)
+        doc = DOC.read_text()
+        blocks = doc_blocks(doc)
+        assert entry in blocks, f"docs/errors.md has no `### {entry} ...` heading: add one"
+        if UPDATE:
+            if blocks[entry] != actual:
+                DOC.write_text(rewrite_block(doc, entry, actual))
+            return
+        assert actual == blocks[entry], (
+            f"{entry}'s message changed; if that is intended, re-run with UPDATE_ERRORS_DOC=1 "
+            "and review the diff of docs/errors.md"
+        )
+
+    return check
+
+
+def model(config: str, sql: str = "select id, 'v' as v from range(1, 3)") -> str:
+    return f"{{{{ config(materialized='incremental', {config}) }}}}\n{sql}"
+
+
+def table_exists(spark, table: str) -> bool:
+    schema, name = table.split(".")
+    return bool(spark.sql(f"show tables in {schema} like '{name}'").collect())
+
+
+def message_of(results) -> str:
+    [result] = results.results
+    assert str(result.status) == "error"
+    return result.message
+
+
+def run_vars(**values) -> list[str]:
+    return ["--vars", json.dumps(values)]
+
+
+# Config errors: fence_validate_config, before any SQL runs, on every run.
+CONFIG_ERRORS = {
+    "E101": ("no_key", "incremental_strategy='merge'"),
+    "E102": (
+        "parquet_merge",
+        "incremental_strategy='merge', unique_key='id', file_format='parquet'",
+    ),
+    "E103": (
+        "bad_predicates",
+        "incremental_strategy='merge', unique_key='id', incremental_predicates={'a': 1}",
+    ),
+    "E104": ("bad_strategy", "incremental_strategy='upsert', unique_key='id'"),
+    "E105": ("bad_fenced", "incremental_strategy='merge', unique_key='id', fenced='no'"),
+    "E106": ("no_predicate", "incremental_strategy='replace_where'"),
+    "E107": ("bad_retries", "incremental_strategy='append', fence_retries=-1"),
+    "E108": ("unfenced_cas", "incremental_strategy='append_if_unchanged', fenced=false"),
+}
+COVERED.update(CONFIG_ERRORS)
+
+# One merge model for the races: every knob a var, so each test states its race.
+RACED = """
+{{ config(
+    materialized='incremental',
+    incremental_strategy=var('strategy', 'merge'),
+    unique_key='id',
+    on_schema_change=var('on_schema_change', 'ignore'),
+    fence_retries=var('retries', 0),
+    pre_hook=var('pre_sqls', []),
+) }}
+select id, status, amount
+from values {{ var('batch', "(1, 'open', 10), (2, 'open', 20), (3, 'open', 30)") }}
+  as batch(id, status, amount)
+{% if is_incremental() and var('reads_self', true) %}
+where id not in (select id from {{ this }} where status = 'never')
+{% endif %}
+"""
+RACED_MODELS = [
+    "overtaken",
+    "reverted",
+    "not_reverted",
+    "retried",
+    "replaced",
+    "dropped",
+    "reformatted",
+    "widened",
+]
+SHIP_1_AND_ADD_4 = "(1, 'shipped', 11), (4, 'open', 40)"
+NEW_TABLE = "select 7 as id, 'new' as status, 0 as amount"
+REPLACED = "CREATE OR REPLACE TABLE AS SELECT"
+
+# A project's own microbatch macro makes dbt run microbatch models without batches.
+OWN_MICROBATCH_MACRO = """
+{% macro get_incremental_microbatch_sql(arg_dict) %}
+  {{ return(get_incremental_append_sql(arg_dict)) }}
+{% endmacro %}
+"""
+
+
+class TestErrorsCatalogue:
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"name": "my_project"}
+
+    @pytest.fixture(scope="class")
+    def macros(self):
+        return {"own_microbatch.sql": OWN_MICROBATCH_MACRO}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        config_errors = {f"{name}.sql": model(config) for name, config in CONFIG_ERRORS.values()}
+        return {
+            **config_errors,
+            "legacy.sql": model("incremental_strategy='safeappend'"),
+            "unbatched.sql": model(
+                "incremental_strategy='microbatch', event_time='ts', batch_size='day', "
+                "begin='2026-01-01'",
+                "select id, timestamp'2026-01-01 00:00:00' as ts from range(1, 3)",
+            ),
+            "was_view.sql": model("incremental_strategy='merge', unique_key='id'"),
+            "was_parquet.sql": model("incremental_strategy='merge', unique_key='id'"),
+            "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
+            **{f"{name}.sql": RACED for name in RACED_MODELS},
+            "conflicted.sql": ORDERS,
+            "appended.sql": APPENDED,
+            "dupes.sql": model(
+                "incremental_strategy='merge', unique_key='id'",
+                "select 1 as id, 'a' as v union all select 1 as id, 'b' as v",
+            ),
+            "outside.sql": model(
+                "incremental_strategy='replace_where', incremental_predicates=['id >= 2']",
+                "select id, 'v' as v from range(1, 3)",
+            ),
+            "compile_time.sql": COMPILE_TIME_WATERMARK,
+        }
+
+    def fresh(self, project, spark, name: str) -> tuple[str, int]:
+        """The model's table, created anew: versions in the messages start from v0 each time."""
+        table = f"{project.test_schema}.{name}"
+        spark.sql(f"drop table if exists {table}")
+        run_dbt(["run", "--select", name])
+        return table, history(spark, table)[-1].version
+
+    # -- E1xx: config and target checks, before any write ----------------------------------
+
+    @pytest.mark.parametrize("entry", list(CONFIG_ERRORS))
+    def test_config_error(self, project, spark, catalogue, entry):
+        name, _ = CONFIG_ERRORS[entry]
+        results = run_dbt(["run", "--select", name], expect_pass=False)
+        catalogue(entry, message_of(results))
+        assert not table_exists(spark, f"{project.test_schema}.{name}")
+
+    @produces("E109")
+    def test_safeappend_warns(self, project, spark, catalogue):
+        warnings = []
+
+        def collect(event) -> None:
+            if event.info.name == "JinjaLogWarning":
+                warnings.append(event.info.msg)
+
+        run_dbt(["run", "--select", "legacy"], callbacks=[collect])
+        catalogue("E109", "\n".join(warnings))
+        assert history(spark, f"{project.test_schema}.legacy")[-1].operation.startswith("CREATE")
+
+    @produces("E111")
+    def test_microbatch_without_batches(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "unbatched")
+        results = run_dbt(["run", "--select", "unbatched"], expect_pass=False)
+        catalogue("E111", message_of(results))
+        assert history(spark, table)[-1].version == vb
+
+    @produces("E112")
+    def test_existing_view(self, project, spark, catalogue):
+        view = f"{project.test_schema}.was_view"
+        spark.sql(f"create or replace view {view} as select 1 as id, 'x' as v")
+        results = run_dbt(["run", "--select", "was_view"], expect_pass=False)
+        catalogue("E112", message_of(results))
+        assert rows(spark, f"select * from {view}") == [(1, "x")]
+
+    @produces("E113")
+    def test_existing_non_delta_table(self, project, spark, catalogue):
+        table = f"{project.test_schema}.was_parquet"
+        spark.sql(f"drop table if exists {table}")
+        spark.sql(f"create table {table} using parquet as select 1 as id, 'x' as v")
+        results = run_dbt(["run", "--select", "was_parquet"], expect_pass=False)
+        catalogue("E113", message_of(results))
+        assert rows(spark, f"select * from {table}") == [(1, "x")]
+
+    @produces("E114")
+    def test_unique_key_not_selected(self, project, spark, catalogue):
+        table = f"{project.test_schema}.key_not_selected"
+        spark.sql(f"drop table if exists {table}")
+        spark.sql(f"create table {table} using delta as select 1 as id, 'x' as v")
+        before = history(spark, table)
+        results = run_dbt(["run", "--select", "key_not_selected"], expect_pass=False)
+        catalogue("E114", message_of(results))
+        assert history(spark, table) == before
+
+    # -- E2xx: the fence refuses (FenceViolation) ---------------------------------------------
+
+    def raced(self, project, spark, name: str, expect_pass=False, **race):
+        """Run `name` once more with `race` (vars), after a fresh first run."""
+        table, vb = self.fresh(project, spark, name)
+        race["pre_sqls"] = [sql.format(t=table) for sql in race.get("pre_sqls", [])]
+        results = run_dbt(["run", "--select", name, *run_vars(**race)], expect_pass=expect_pass)
+        return table, vb, results
+
+    def landed_after(self, spark, table: str, vb: int):
+        return [e for e in history(spark, table) if e.version > vb]
+
+    @produces("E201")
+    def test_foreign_commit_before_the_write(self, project, spark, catalogue):
+        table, vb, results = self.raced(
+            project,
+            spark,
+            "overtaken",
+            batch=SHIP_1_AND_ADD_4,
+            pre_sqls=["update {t} set status = 'cancelled' where id = 1"],
+        )
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [("UPDATE", None)]  # the race fired
+        catalogue("E201", message_of(results))
+        assert rows(spark, f"select status from {table} order by id") == [
+            ("cancelled",),
+            ("open",),
+            ("open",),
+        ]
+
+    @produces("E202")
+    def test_foreign_commit_during_a_strict_write(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "appended")
+        writer = ForeignWriter(spark)
+        writer.when(long_spark_job(spark, 1.0), f"insert into {table} values (100)")
+        race = run_vars(lo=3, hi=5, slow_ms=5000)
+        results = run_dbt(["run", "--select", "appended", *race], expect_pass=False)
+        writer.join()
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]
+        catalogue("E202", message_of(results))
+        assert rows(spark, f"select id from {table} order by id") == [(0,), (1,), (2,), (100,)]
+
+    @produces("E203")
+    def test_foreign_commit_during_a_merge(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "conflicted")
+        writer = ForeignWriter(spark)
+        cancel = f"update {table} set status = 'cancelled' where id = 1"
+        writer.when(long_spark_job(spark, 1.0), cancel)
+        race = run_vars(batch=SHIP_1_AND_ADD_4, slow_ms=6000)
+        results = run_dbt(["run", "--select", "conflicted", *race], expect_pass=False)
+        writer.join()
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [("UPDATE", None)]
+        catalogue("E203", message_of(results))
+
+    def around_the_write(self, monkeypatch, spark, before, after=None) -> list[ForeignAroundWrite]:
+        """Every fence runner of the next dbt run commits `before(n)` right before its write
+        statement starts (after the pre-check), and `after` right after it lands."""
+        writer = ForeignWriter(spark)
+        runners: list[ForeignAroundWrite] = []
+
+        def runner(connections):
+            runners.append(ForeignAroundWrite(connections, writer, before, after))
+            return runners[-1]
+
+        monkeypatch.setattr(impl, "FenceSql", runner)
+        return runners
+
+    @produces("E204")
+    def test_written_then_reverted(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "reverted")
+        runners = self.around_the_write(
+            monkeypatch, spark, lambda _: f"update {table} set status = 'cancelled' where id = 1"
+        )
+        race = run_vars(batch=SHIP_1_AND_ADD_4)
+        results = run_dbt(["run", "--select", "reverted", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 1
+        after = self.landed_after(spark, table, vb)
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "RESTORE"]
+        assert after[0].tag is None and after[1].read_version == after[0].version
+        catalogue("E204", message_of(results))
+        assert rows(spark, f"select id, status from {table} order by id") == [
+            (1, "cancelled"),
+            (2, "open"),
+            (3, "open"),
+        ]
+
+    @produces("E205")
+    def test_written_not_reverted(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "not_reverted")
+        runners = self.around_the_write(
+            monkeypatch,
+            spark,
+            lambda _: f"update {table} set status = 'cancelled' where id = 1",
+            after=f"insert into {table} values (9, 'late', 90)",
+        )
+        race = run_vars(batch=SHIP_1_AND_ADD_4)
+        results = run_dbt(["run", "--select", "not_reverted", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 1
+        after = self.landed_after(spark, table, vb)
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE"]
+        assert ours(after) == [after[1]] and after[2].tag is None  # landed on top of ours
+        catalogue("E205", message_of(results))
+        assert rows(spark, f"select id, status from {table} order by id") == [
+            (1, "shipped"),
+            (2, "open"),
+            (3, "open"),
+            (4, "open"),
+            (9, "late"),
+        ]
+
+    @produces("E206")
+    def test_fence_retries_exhausted(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "retried")
+        monkeypatch.setattr(protocol, "backoff_seconds", lambda *args, **kwargs: 0.0)
+        runners = self.around_the_write(
+            monkeypatch, spark, lambda n: f"insert into {table} values ({100 + n}, 'x', 0)"
+        )
+        race = run_vars(strategy="append_if_unchanged", retries=1)
+        results = run_dbt(["run", "--select", "retried", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 2  # the race fired before each attempt
+        after = self.landed_after(spark, table, vb)
+        assert [e.operation for e in after] == ["WRITE", "WRITE", "RESTORE"] * 2
+        assert [e.tag["attempt"] for e in ours(after)] == [1, 2]
+        catalogue("E206", message_of(results))
+        assert rows(spark, f"select count(*) from {table} where status = 'x'") == [(2,)]
+        assert rows(spark, f"select count(*) from {table}") == [(5,)]
+
+    @produces("E207")
+    def test_target_replaced(self, project, spark, catalogue):
+        table, vb, results = self.raced(
+            project,
+            spark,
+            "replaced",
+            pre_sqls=[f"create or replace table {{t}} using delta as {NEW_TABLE}"],
+        )
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [(REPLACED, None)]
+        catalogue("E207", message_of(results))
+        assert rows(spark, f"select id, status from {table}") == [(7, "new")]
+
+    @produces("E208")
+    def test_target_dropped(self, project, spark, catalogue):
+        table, _, results = self.raced(project, spark, "dropped", pre_sqls=["drop table {t}"])
+        catalogue("E208", message_of(results))
+        assert not table_exists(spark, table)
+
+    @produces("E209")
+    def test_target_recreated_as_parquet(self, project, spark, catalogue):
+        table, _, results = self.raced(
+            project,
+            spark,
+            "reformatted",
+            reads_self=False,  # no pinned read fails first: the pre-check finds it
+            pre_sqls=[
+                "drop table {t}",
+                f"create table {{t}} using parquet as {NEW_TABLE}",
+            ],
+        )
+        catalogue("E209", message_of(results))
+        assert rows(spark, f"select id, status from {table}") == [(7, "new")]
+
+    @produces("E210")
+    @pytest.mark.parametrize("on_schema_change", ["ignore", "append_new_columns"])
+    def test_schema_changed_concurrently(self, project, spark, catalogue, on_schema_change):
+        table, vb, results = self.raced(
+            project,
+            spark,
+            "widened",
+            on_schema_change=on_schema_change,
+            pre_sqls=["alter table {t} add columns (note string)"],
+        )
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [("ADD COLUMNS", None)]
+        catalogue("E210", message_of(results))
+        assert rows(spark, f"select count(*) from {table}") == [(3,)]
+
+    # -- E3xx: Delta refuses the write ---------------------------------------------------------
+
+    @produces("E301")
+    def test_duplicate_source_keys(self, project, spark, catalogue):
+        table = f"{project.test_schema}.dupes"
+        spark.sql(f"create or replace table {table} using delta as select 1 as id, 'x' as v")
+        before = history(spark, table)
+        results = run_dbt(["run", "--select", "dupes"], expect_pass=False)
+        catalogue("E301", message_of(results))
+        assert history(spark, table) == before
+
+    @produces("E302")
+    def test_rows_outside_replace_where(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "outside")
+        results = run_dbt(["run", "--select", "outside"], expect_pass=False)
+        catalogue("E302", message_of(results))
+        assert history(spark, table)[-1].version == vb
+
+    # -- E4xx: reads the fence cannot pin ------------------------------------------------------
+
+    @produces("E401")
+    def test_compile_time_read(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "compile_time")
+        double_fired = f"insert into {table} values (3), (4)"
+
+        # `append`: the compiled SQL does not read {{ this }}, so the append is unfenced.
+        race = run_vars(hi=5, strategy="append", pre_sql=double_fired)
+        run_dbt(["run", "--select", "compile_time", *race])
+        assert [e.tag for e in self.landed_after(spark, table, vb)] == [None, None]
+        twice = f"select id, count(*) from {table} group by id having count(*) > 1 order by id"
+        assert rows(spark, twice) == [(3, 2), (4, 2)]
+
+        # `append_if_unchanged`: the same race is refused.
+        table, vb = self.fresh(project, spark, "compile_time")
+        race = run_vars(hi=5, strategy="append_if_unchanged", pre_sql=double_fired)
+        results = run_dbt(["run", "--select", "compile_time", *race], expect_pass=False)
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]
+        catalogue("E401", message_of(results))
+        assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
+
+
+@produces("E110")
+class TestMicrobatchWithoutEventTime:
+    """dbt-core's own parse error: the project does not load, nothing runs."""
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"name": "my_project"}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "no_event_time.sql": model(
+                "incremental_strategy='microbatch', batch_size='day', begin='2026-01-01'"
+            )
+        }
+
+    def test_parse_error(self, project, spark, catalogue):
+        with pytest.raises(ParsingError) as raised:
+            run_dbt(["run"])
+        catalogue("E110", str(raised.value))
+        assert not table_exists(spark, f"{project.test_schema}.no_event_time")
+
+
+def test_every_entry_has_a_test_and_every_test_an_entry():
+    assert sorted(doc_blocks(DOC.read_text())) == sorted(COVERED)
+
+
+def test_doc_blocks_are_found_and_rewritten_in_place():
+    doc = "### E999 demo\n\nWhen.\n\n```text\nold words\n```\n\n### E998 next\n"
+    assert doc_blocks(doc) == {"E999": "old words", "E998": None}
+    updated = rewrite_block(rewrite_block(doc, "E999", "new words"), "E998", "more")
+    assert doc_blocks(updated) == {"E999": "new words", "E998": "more"}
+    assert "When." in updated
