@@ -110,3 +110,9 @@ def test_tag_json_round_trips(text):
 
 def test_set_conf_sql_doubles_backquotes():
     assert set_conf_sql("k", "a`b``c") == "SET k=`a``b````c`"
+
+
+def test_quote_renders_a_missing_name_as_dbt_spark_does():
+    # dbt's test utilities quote credentials.database, which is None on Spark.
+    assert FencedSparkAdapter.quote(None, None) == "`None`"  # type: ignore[arg-type]
+    assert FencedSparkAdapter.quote(None, "a`b") == "`a``b`"  # type: ignore[arg-type]

@@ -6,9 +6,10 @@ from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.relation import SparkRelation
 
 
-def quote_name(name: str) -> str:
-    # dbt-spark wraps names in backquotes as they are; one inside must be doubled.
-    return "`" + name.replace("`", "``") + "`"
+def quote_name(name: object) -> str:
+    # dbt-spark wraps names in backquotes as they are; one inside must be doubled. dbt's test
+    # utilities quote a missing database (None) too, which dbt-spark renders as `None`.
+    return "`" + str(name).replace("`", "``") + "`"
 
 
 @dataclass
