@@ -34,7 +34,7 @@ TRIALS = int(os.environ.get("CRASH_TRIALS", "5"))
 SEED = int(os.environ.get("CRASH_SEED", "7"))
 PHASES = ("capture", "stage", "write", "verify", "revert")
 # How long after entering a step the kill may come (seconds): within that step's usual length.
-SPREAD = {"capture": 0.01, "stage": 0.05, "write": 0.6, "verify": 0.01, "revert": 0.5}
+SPREAD = {"capture": 0.01, "stage": 0.05, "write": 0.2, "verify": 0.01, "revert": 0.5}
 
 ORDERS = """
 {{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
