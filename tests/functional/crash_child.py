@@ -65,7 +65,11 @@ def instrument(race_sql: str | None) -> None:
             step("raced")
 
     def on_execute(self: FenceSql, sql: str) -> None:
-        verb = sql.lstrip().split(None, 1)[0].upper()
+        # dbt-spark's MERGE starts with a `--` comment line.
+        code = [
+            line for line in sql.splitlines() if line.strip() and not line.strip().startswith("--")
+        ]
+        verb = code[0].split(None, 1)[0].upper() if code else ""
         if verb in ("MERGE", "INSERT"):
             seen["write"] = True
             step("write")
