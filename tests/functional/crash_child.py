@@ -22,6 +22,7 @@ from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 from dbt.adapters.fenced_spark.fence import protocol
 from dbt.adapters.fenced_spark.impl import FencedSparkAdapter, FenceSql
+from tests.functional.lakehouse import without_leading_comments
 
 KILL = {"step": "", "seconds": 0.0}
 
@@ -65,11 +66,7 @@ def instrument(race_sql: str | None) -> None:
             step("raced")
 
     def on_execute(self: FenceSql, sql: str) -> None:
-        # dbt-spark's MERGE starts with a `--` comment line.
-        code = [
-            line for line in sql.splitlines() if line.strip() and not line.strip().startswith("--")
-        ]
-        verb = code[0].split(None, 1)[0].upper() if code else ""
+        verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
         if verb in ("MERGE", "INSERT"):
             seen["write"] = True
             step("write")

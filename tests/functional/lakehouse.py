@@ -83,6 +83,11 @@ class ForeignWriter:
             raise self.error
 
 
+def without_leading_comments(sql: str) -> str:
+    # dbt-core's get_merge_sql starts with a `--` comment line.
+    return re.sub(r"^(\s*--[^\n]*\n)*\s*", "", sql)
+
+
 class ForeignAroundWrite(FenceSql):
     """The fence's runner with another writer committing right before our write statement
     starts (after the pre-check), and optionally right after it lands; `times` caps it."""
@@ -93,8 +98,7 @@ class ForeignAroundWrite(FenceSql):
         self.fired = 0
 
     def execute(self, sql):
-        # dbt-core's get_merge_sql starts with a `--` comment line.
-        statement = re.sub(r"^(\s*--[^\n]*\n)*\s*", "", sql).lower()
+        statement = without_leading_comments(sql).lower()
         is_write = statement.startswith(("merge", "insert into"))
         if not is_write or (self.times is not None and self.fired >= self.times):
             super().execute(sql)
