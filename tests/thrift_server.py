@@ -105,7 +105,11 @@ class ThriftServer:
 
 
 def start(
-    folder: str, jars_cache: str | None, cores: int = 6, timeout: float = 300
+    folder: str,
+    jars_cache: str | None,
+    cores: int = 6,
+    timeout: float = 300,
+    extra_conf: dict[str, str] | None = None,
 ) -> ThriftServer:
     import pyspark
 
@@ -121,6 +125,7 @@ def start(
     # The UI's REST API tells race tests which jobs run (there is no status tracker to ask).
     conf["spark.ui.enabled"] = "true"
     conf["spark.ui.port"] = str(ui_port)
+    conf.update(extra_conf or {})
     submit = os.path.join(spark_home, "bin", "spark-submit")
     env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1")
     log_path = os.path.join(folder, "logs", "thrift-server.log")

@@ -88,12 +88,13 @@ def instrument(race_sql: str | None) -> None:
 def main() -> int:
     project_dir, folder, table, location, mode, kill_step, kill_ms, args = sys.argv[1:9]
     KILL.update(step=kill_step, seconds=int(kill_ms) / 1000)
-    from tests.conftest import REPO
+    from tests.conftest import REPO, TEST_CONF
 
     creds = FencedSparkCredentials(
         schema="analytics",
         folder=folder,
         jars_cache=f"{REPO}/.cache/ivy",
+        server_side_parameters=TEST_CONF,
     )
     spark = session.root_session(creds)
     # This JVM's own catalog entry for the table the parent created at `location`.
