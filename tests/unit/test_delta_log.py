@@ -1,8 +1,10 @@
 """The Delta log reader's search and parsing, on a log made of plain version numbers."""
 
+import json
+
 import pytest
 
-from dbt.adapters.fenced_spark.fence.delta_log import _gallop, commit_from_info
+from dbt.adapters.fenced_spark.fence.delta_log import _gallop, _Log, commit_from_info
 from dbt.adapters.fenced_spark.fence.history import FenceTag
 
 
@@ -62,3 +64,41 @@ def test_first_commit_and_foreign_writers_without_optional_fields():
     commit = commit_from_info(0, {"operation": "CREATE TABLE"})
     assert commit.read_version is None and commit.tag is None and commit.metrics == {}
     assert commit_from_info(3, {}).operation == "None"  # as str(None) from a history row
+
+
+class Reader:
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+
+    def readLine(self) -> str | None:  # noqa: N802 (java.io.BufferedReader's name)
+        return self.lines.pop(0) if self.lines else None
+
+    def close(self) -> None:
+        pass
+
+
+class CommitLandingMidRead(_Log):
+    """Commit 52 is renamed into place after the first open failed and before the probe."""
+
+    def __init__(self) -> None:
+        self.opens = 0
+
+    def has(self, version: int) -> bool:
+        return version == 52 and self.opens > 0
+
+    def _lines(self, name: str) -> Reader:
+        self.opens += 1
+        if self.opens == 1:
+            raise FileNotFoundError(name)
+        return Reader([json.dumps({"commitInfo": {"operation": "WRITE", "readVersion": 51}})])
+
+
+def test_a_commit_that_lands_between_open_and_probe_is_read_not_raised():
+    log = CommitLandingMidRead()
+    assert log.commit_info(52) == {"operation": "WRITE", "readVersion": 51}
+    assert log.opens == 2
+
+
+def test_a_missing_commit_is_none():
+    log = CommitLandingMidRead()
+    assert log.commit_info(53) is None

@@ -57,9 +57,11 @@ class _Log:
         try:
             reader = self._lines(_commit_file(version))
         except Exception:
-            if self.has(version):
-                raise
-            return None
+            if not self.has(version):
+                return None
+            # A writer's rename landed between the two calls (seen in the soak); commit
+            # files never change once they exist, so a second open reads it or says why not.
+            reader = self._lines(_commit_file(version))
         try:
             # Delta writes commitInfo first; other writers may put it anywhere.
             while (line := reader.readLine()) is not None:
