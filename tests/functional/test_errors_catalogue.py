@@ -177,6 +177,7 @@ RACED_MODELS = [
     "dropped",
     "reformatted",
     "widened",
+    "unverified",
 ]
 SHIP_1_AND_ADD_4 = "(1, 'shipped', 11), (4, 'open', 40)"
 NEW_TABLE = "select 7 as id, 'new' as status, 0 as amount"
@@ -466,6 +467,18 @@ class TestErrorsCatalogue:
         assert [(e.operation, e.tag) for e in after] == [("ADD COLUMNS", None)]
         catalogue("E210", message_of(results))
         assert rows(spark, f"select count(*) from {table}") == [(3,)]
+
+    @produces("E211")
+    def test_history_unreadable_after_the_write(self, project, spark, monkeypatch, catalogue):
+        table, _ = self.fresh(project, spark, "unverified")
+        runners = self.around_the_write(
+            monkeypatch, spark, lambda _: "select 1", after=f"drop table {table}"
+        )
+        race = run_vars(batch=SHIP_1_AND_ADD_4)
+        results = run_dbt(["run", "--select", "unverified", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 1
+        assert not table_exists(spark, table)  # dropped between our write and its verification
+        catalogue("E211", message_of(results))
 
     # -- E3xx: Delta refuses the write ---------------------------------------------------------
 

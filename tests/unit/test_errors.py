@@ -152,3 +152,54 @@ def test_a_table_that_is_gone_is_a_refusal_that_says_so_and_is_not_retried():
     with pytest.raises(DbtRuntimeError) as raised:
         Fence(Broken(), nullcontext).precheck(state)
     assert not isinstance(raised.value, FenceViolation)  # not every failure is a gone table
+
+
+class ChangedAfterWrite:
+    """History at vB = 4 until the write statement runs; `after()` answers from then on."""
+
+    def __init__(self, after):
+        self.after, self.wrote = after, False
+
+    def execute(self, sql):
+        self.wrote = self.wrote or sql.startswith("merge")
+
+    def history(self, table, limit):
+        return self.after() if self.wrote else [Commit(4, "WRITE", 3, None)]
+
+
+def unverified(strategy: str, after) -> str:
+    from dbt.adapters.fenced_spark.fence.errors import FenceUnverified
+    from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+
+    state = FenceState("a.t", "a.t", strategy, 4, 4, "inv-1", "model.p.t")
+    runner = ChangedAfterWrite(after)
+    with pytest.raises(FenceUnverified) as raised:
+        Fence(runner, nullcontext, sleep=lambda _: None).run(state, "merge ...", retries=3)
+    assert runner.wrote
+    return raised.value.msg
+
+
+@pytest.mark.parametrize(
+    "strategy, expected",
+    [
+        ("merge", "If it read version 4, the write is right."),
+        ("replace_where", "If it is version 5, the write is right."),
+    ],
+)
+def test_a_history_read_that_fails_after_the_write_never_claims_nothing_was_written(
+    strategy, expected
+):
+    def gone():
+        raise nested("[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found.")
+
+    text = unverified(strategy, gone)
+    assert "the write statement finished, but reading the table's history" in text
+    assert "verification failed: [TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot" in text
+    assert 'invocation_id "inv-1", node "model.p.t", attempt 1 and step "write"' in text
+    assert expected in text
+    assert "Runtime Error" not in text
+
+
+def test_no_commit_of_ours_on_a_replaced_table_is_not_no_change():
+    text = unverified("merge", lambda: [Commit(0, "CREATE TABLE", None, None)])
+    assert "history now ends at v0, before v4: replaced after the write" in text

@@ -14,6 +14,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import (
+    FenceUnverified,
     FenceViolation,
     Outcome,
     engine_message,
@@ -211,7 +212,7 @@ class FencedSparkAdapter(SparkAdapter):
 
         try:
             result = self._fence().run(state, sql, retries=int(retries), restage=restage)
-        except FenceViolation:
+        except (FenceViolation, FenceUnverified):
             raise
         except DbtRuntimeError as exc:
             # Delta's own refusal (duplicate source keys, rows outside replace_where): say which

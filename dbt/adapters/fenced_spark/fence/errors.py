@@ -137,3 +137,44 @@ class FenceViolation(DbtRuntimeError):
     @property
     def type(self) -> str:
         return "Fence violation"
+
+
+class FenceUnverified(DbtRuntimeError):
+    """The write statement ran but its commit could not be read back: the run must not claim
+    either outcome, so it names the commit to look for instead."""
+
+    CODE = 10101
+    MESSAGE = "Fence verification failed"
+
+    def __init__(
+        self,
+        strategy: str,
+        table: str,
+        read_version: int,
+        expected: str,
+        tag: str,
+        error: BaseException,
+    ) -> None:
+        super().__init__(
+            "\n".join(
+                [
+                    f"Fenced {strategy} into {table}: the write statement finished, but reading "
+                    f"the table's history to verify it failed, so this run cannot tell whether "
+                    f"its write is in the table or whether it was based on version "
+                    f"{read_version}.",
+                    f"  read version (vB): {read_version}",
+                    f"  verification failed: {reason(error)}",
+                    f"  this run's commit, if any: the one in `DESCRIBE HISTORY {table}` whose "
+                    f"userMetadata has {tag}.",
+                    "  what to do: find that commit. If there is none, nothing was written. If "
+                    f"{expected}, the write is right. Otherwise another writer came first: if "
+                    "nothing after it needs keeping, undo it with "
+                    f"`RESTORE TABLE {table} TO VERSION AS OF <its version - 1>`. Then re-run "
+                    "the model.",
+                ]
+            )
+        )
+
+    @property
+    def type(self) -> str:
+        return "Fence verification"

@@ -15,6 +15,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceReport,
+    FenceUnverified,
     FenceViolation,
     Gone,
     Outcome,
@@ -272,6 +273,16 @@ class Fence:
                 if conflict_name(exc) is None:
                     raise
                 conflict = exc
+        try:
+            return self.verify(state, conflict)
+        except FenceViolation:
+            raise
+        except Exception as exc:
+            # Anything else here would read as the write's own error ("nothing was written"),
+            # which may be false: the statement finished.
+            raise self.unverified(state, exc) from exc
+
+    def verify(self, state: FenceState, conflict: BaseException | None) -> FenceResult:
         commits = self.commits_since(state.table, state.read_version)
         ours = self.ours(state, commits, "write")
         if not ours:
@@ -283,7 +294,16 @@ class Fence:
                     cause=f"Delta's conflict detection during the write "
                     f"({conflict_name(conflict)})",
                 )
-            # An unchanged table makes no commit: nothing to verify, nothing lost.
+            # An unchanged table makes no commit: nothing to verify, nothing lost. Unless the
+            # table went away after the write, taking our commit with it: that is not "no change".
+            latest = self.latest_version(state.table, known=state.expected_version)
+            if latest < 0:
+                raise DbtRuntimeError("the table's Delta log is gone: dropped after the write")
+            if latest < state.expected_version:
+                raise DbtRuntimeError(
+                    f"the table's history now ends at v{latest}, before "
+                    f"v{state.expected_version}: replaced after the write"
+                )
             return FenceResult(state.read_version, None, Outcome.NO_CHANGE)
         our = ours[-1]
         if state.strict:
@@ -293,6 +313,23 @@ class Fence:
         if ok:
             return FenceResult(state.read_version, our.version, Outcome.COMMITTED)
         self._fail_after_commit(state, our, commits, "post-write verification")
+
+    @staticmethod
+    def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
+        if state.strict:
+            expected = f"it is version {state.expected_version + 1}"
+        else:
+            expected = f"it read version {state.expected_version}"
+        tag = state.tag("write")
+        return FenceUnverified(
+            state.strategy,
+            state.display,
+            state.read_version,
+            expected,
+            f'invocation_id "{tag.invocation_id}", node "{tag.node}", attempt {tag.attempt} '
+            f'and step "write"',
+            error,
+        )
 
     def _fail_after_commit(
         self, state: FenceState, our: Commit | None, commits: list[Commit], check: str
