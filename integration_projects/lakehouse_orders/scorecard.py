@@ -170,7 +170,11 @@ def dbt(*args: str, target: str, lakehouse: str, errors: list[str] | None = None
 
     result = dbtRunner(callbacks=[collect]).invoke(
         [
-            "--quiet",
+            # The scorecard prints what each run said; dbt's console would add stock's JVM stack.
+            "--log-level",
+            "none",
+            "--log-level-file",
+            "debug",
             *args,
             "--project-dir",
             HERE,
