@@ -1,17 +1,18 @@
 """docs/benchmarks.md and docs/benchmarks.png from one run's results."""
 
 import datetime
+import json
 import os
 import platform
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from bench.contention import Contention
+from bench.contention import Batch, Contention
 from bench.history import HistoryResult
-from bench.jobs import FENCE_ONLY, Count
+from bench.jobs import FENCE_ONLY, Count, Run
 from bench.lakehouse import rows_label
-from bench.pairs import Series
+from bench.pairs import Pair, Series
 
 
 @dataclass
@@ -25,6 +26,27 @@ class Results:
     history: list[HistoryResult] = field(default_factory=list)
     jobs: list[Count] = field(default_factory=list)
     contention: list[Contention] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str) -> "Results":
+        """A run's raw results.json, to redraw the docs without measuring again."""
+        with open(path) as f:
+            data = json.load(f)
+
+        def series(s: dict) -> Series:
+            pairs = {k: [Pair(**p) for p in s[k]] for k in ("pairs", "warmup")}
+            return Series(**{**s, **pairs})
+
+        return cls(
+            **{k: data[k] for k in ("size", "command", "machine", "started", "seconds")},
+            pairs=[series(s) for s in data["pairs"]],
+            history=[HistoryResult(**h) for h in data["history"]],
+            jobs=[Count(**{**c, "runs": [Run(**r) for r in c["runs"]]}) for c in data["jobs"]],
+            contention=[
+                Contention(**{**c, "batches": [Batch(**b) for b in c["batches"]]})
+                for c in data["contention"]
+            ],
+        )
 
 
 def machine_line() -> str:
@@ -424,7 +446,11 @@ def picture(r: Results, path: str) -> None:
     pairs_ax.axhline(1.0, color="grey", lw=0.8)
     pairs_ax.axhline(1.05, color="#d9534f", lw=0.8, ls="--", label="target 1.05")
     pairs_ax.set_xticks(
-        range(len(r.pairs)), [f"{s.strategy}\n{rows_label(s.rows)}" for s in r.pairs], fontsize=7
+        range(len(r.pairs)),
+        [f"{s.strategy.replace('_', ' ')}\n{rows_label(s.rows)}" for s in r.pairs],
+        fontsize=7,
+        rotation=20,
+        ha="right",
     )
     pairs_ax.set_ylabel("fenced / stock execution time")
     pairs_ax.set_title("1. Per pair ratio (line: median)", fontsize=10)

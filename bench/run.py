@@ -80,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     parser.add_argument("--command", default=None, help="the command line the docs name")
     parser.add_argument("--workdir", default=os.path.join(REPO, ".cache", "bench"))
+    parser.add_argument(
+        "--redraw", action="store_true", help="rewrite docs/ from the last run's results.json"
+    )
     args = parser.parse_args(argv)
+    raw = os.path.join(args.workdir, "results.json")
+    if args.redraw:
+        return publish(report.Results.load(raw), raw, args.no_write)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -116,13 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         house.close()
     results.seconds = time.monotonic() - started
 
-    raw = os.path.join(args.workdir, "results.json")
     with open(raw, "w") as f:
         json.dump(dataclasses.asdict(results), f, indent=1, default=str)
+    return publish(results, raw, args.no_write)
+
+
+def publish(results: report.Results, raw: str, no_write: bool) -> int:
     text = report.markdown(results)
     print("\n" + text)
     print(f"Benchmarks finished in {results.seconds / 60:.1f} min; raw figures in {raw}")
-    if not args.no_write:
+    if not no_write:
         docs = os.path.join(REPO, "docs")
         with open(os.path.join(docs, "benchmarks.md"), "w") as f:
             f.write(text)
