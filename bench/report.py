@@ -26,6 +26,8 @@ class Results:
     history: list[HistoryResult] = field(default_factory=list)
     jobs: list[Count] = field(default_factory=list)
     contention: list[Contention] = field(default_factory=list)
+    # The measuring machine's, not the one that redraws the docs.
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     @classmethod
     def load(cls, path: str) -> "Results":
@@ -38,7 +40,12 @@ class Results:
             return Series(**{**s, **pairs})
 
         return cls(
-            **{k: data[k] for k in ("size", "command", "machine", "started", "seconds")},
+            # Runs before `cores` was recorded redraw with this machine's count.
+            **{
+                k: data[k]
+                for k in ("size", "command", "machine", "started", "seconds", "cores")
+                if k in data
+            },
             pairs=[series(s) for s in data["pairs"]],
             history=[HistoryResult(**h) for h in data["history"]],
             jobs=[Count(**{**c, "runs": [Run(**r) for r in c["runs"]]}) for c in data["jobs"]],
@@ -385,8 +392,8 @@ def _where(r: Results) -> list[str]:
             " 2^retry. Blind appends do not serialise: Delta rebases them. Each batch reads"
             " one file of a one-partition source, so each INSERT is a single task: serialised"
             " strict writers keep about one core busy while K blind appends keep all"
-            f" {os.cpu_count()} busy, which puts fenced/unfenced throughput near"
-            f" 1/{os.cpu_count()} on this machine, plus the driver-side work that overlaps. "
+            f" {r.cores} busy, which puts fenced/unfenced throughput near"
+            f" 1/{r.cores} on this machine, plus the driver-side work that overlaps. "
             + (
                 f"{not_reverted} fenced run(s) failed as *written and NOT reverted*: another"
                 " writer committed after the pre-check but before the INSERT took its snapshot,"
