@@ -24,6 +24,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads
 
 SCHEMA = "bench_contention"
 SOURCE = f"{SCHEMA}.source"
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Contention:
     mode: str  # fenced | unfenced
     threads: int
     per_thread: int
+    # Delta's `snapshotPartitions` on the writers' sessions; None is Delta's default (50).
+    snapshot_partitions: int | None = None
     seconds: float = 0.0
     batches: list[Batch] = field(default_factory=list)
     landed_once: int = 0
@@ -49,6 +52,10 @@ class Contention:
     # Reported failed with "written and NOT reverted", and in the table once: loud, and true.
     not_reverted: int = 0
     unexplained: int = 0  # reported failed otherwise, yet in the table
+
+    @property
+    def key(self) -> tuple[int, int | None]:
+        return self.threads, self.snapshot_partitions
 
     @property
     def committed(self) -> int:
@@ -110,11 +117,14 @@ def _unfenced(spark: Any, table: str, batch_id: int) -> Batch:
 
 
 def _race(house: Lakehouse, result: Contention, retries: int) -> None:
-    table = f"{SCHEMA}.{result.mode}_k{result.threads}"
+    table = f"{SCHEMA}.{result.mode}_k{result.threads}_p{result.snapshot_partitions or 0}"
     house.sql(f"drop table if exists {table}")
     house.sql(f"create table {table} (batch_id int, row bigint, payload string) using delta")
     invocation = str(uuid.uuid4())
     sessions = [house.connection() for _ in range(result.threads)]
+    if result.snapshot_partitions:
+        for spark in sessions:
+            spark.conf.set(SNAPSHOT_PARTITIONS, str(result.snapshot_partitions))
     start = threading.Barrier(result.threads)
     lock = threading.Lock()
 
@@ -165,8 +175,11 @@ def _check(house: Lakehouse, table: str, result: Contention) -> None:
 
 
 def run(
-    house: Lakehouse, ks: tuple[int, ...], per_thread: int, rows: int, retries: int
+    house: Lakehouse, ks: tuple[int, ...], per_thread: int, rows: int, retries: int, cores: int
 ) -> list[Contention]:
+    """K = 1 is the ceiling: strict commits serialise, so K fenced writers at best commit as
+    fast as one alone. K = 1 and the largest K run again with Delta's snapshot partitions at the
+    core count, which makes every commit's state rebuild cheaper, to show how the ratio moves."""
     house.sql(f"create schema if not exists {SCHEMA}")
     house.sql(f"drop table if exists {SOURCE}")
     house.sql(
@@ -177,14 +190,16 @@ def run(
     )
     for mode in ("unfenced", "fenced"):  # warm-up, not reported: the JVM's first INSERTs
         _race(house, Contention(mode, 1, 1), retries)
+    plan = [(k, None) for k in (1, *ks)] + [(1, cores), (max(ks), cores)]
     out = []
-    for k in ks:
+    for k, partitions in plan:
         for mode in ("unfenced", "fenced"):
-            result = Contention(mode, k, per_thread)
+            result = Contention(mode, k, per_thread, partitions)
             _race(house, result, retries)
             attempts = result.attempts
             print(
-                f"  K={k} {mode:<8}: {result.committed}/{k * per_thread} committed in "
+                f"  K={k} {mode:<8} snapshot partitions {partitions or 'default'}: "
+                f"{result.committed}/{k * per_thread} committed in "
                 f"{result.seconds:5.1f}s = {result.per_minute:5.1f}/min, attempts "
                 f"mean {sum(attempts) / len(attempts):.2f} max {max(attempts)}; "
                 f"once {result.landed_once}, lost {result.lost}, duplicated "

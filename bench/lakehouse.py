@@ -66,11 +66,11 @@ class FenceRunner:
             frame = self.spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}")
             return parse_history(frame.columns, frame.collect())
 
-    def fence(self, sleep: Callable[[float], None] = time.sleep) -> Fence:
+    def fence(self) -> Fence:
         """A Fence as the adapter builds one for a step: its reader new, nothing cached."""
         sql = SqlHistory(self)
         log = LogTail(self.spark, fallback=sql) if self.reader == "delta_log" else sql
-        return Fence(self, nullcontext, sleep=sleep, log=TimedLog(self, log))
+        return Fence(self, nullcontext, log=TimedLog(self, log))
 
 
 def strict_append(table: str, read_version: int, invocation: str, node: str) -> FenceState:

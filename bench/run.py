@@ -116,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         if "contention" in parts:
             print("4. contention", flush=True)
             results.contention = contention.run(
-                house, size.threads, size.batches_per_thread, size.batch_rows, size.fence_retries
+                house,
+                size.threads,
+                size.batches_per_thread,
+                size.batch_rows,
+                size.fence_retries,
+                results.cores,
             )
     finally:
         house.close()

@@ -405,7 +405,7 @@ class TestErrorsCatalogue:
     @produces("E206")
     def test_fence_retries_exhausted(self, project, spark, monkeypatch, catalogue):
         table, vb = self.fresh(project, spark, "retried")
-        monkeypatch.setattr(protocol, "backoff_seconds", lambda *args, **kwargs: 0.0)
+        monkeypatch.setattr(protocol, "backoff_turns", lambda *args, **kwargs: 0.0)
         runners = self.around_the_write(
             monkeypatch, spark, lambda n: f"insert into {table} values ({100 + n}, 'x', 0)"
         )

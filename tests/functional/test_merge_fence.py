@@ -174,7 +174,8 @@ class TestRetries(OneRowTarget):
             before=lambda fired: f"insert into {table} values ({100 + fired}, 'x')",
             after=also_after and f"insert into {table} values (200, 'later')",
         )
-        fence = Fence(runner, project.adapter.connections.single_attempt, sleep=lambda _: None)
+        # No jitter: each retry starts at once.
+        fence = Fence(runner, project.adapter.connections.single_attempt, rng=lambda: 0.0)
         state = FenceState(table, table, "append_if_unchanged", vb, vb, "inv-r", "model.t")
         with (
             project.adapter.connection_named("retries"),

@@ -123,7 +123,7 @@ def test_a_table_that_is_gone_is_a_refusal_that_says_so_and_is_not_retried():
 
     state = FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t")
     with pytest.raises(FenceViolation) as refused:
-        Fence(Gone(), nullcontext, sleep=lambda _: None).run(state, "merge ...", retries=3)
+        Fence(Gone(), nullcontext, rng=lambda: 0.0).run(state, "merge ...", retries=3)
     report = refused.value.report
     assert report.outcome == Outcome.NEVER_WRITTEN and report.earlier_attempts == []
     text = report.message()
@@ -174,7 +174,7 @@ def unverified(strategy: str, after) -> str:
     state = FenceState("a.t", "a.t", strategy, 4, 4, "inv-1", "model.p.t")
     runner = ChangedAfterWrite(after)
     with pytest.raises(FenceUnverified) as raised:
-        Fence(runner, nullcontext, sleep=lambda _: None).run(state, "merge ...", retries=3)
+        Fence(runner, nullcontext, rng=lambda: 0.0).run(state, "merge ...", retries=3)
     assert runner.wrote
     return raised.value.msg
 

@@ -1,9 +1,18 @@
-"""A fenced write is never replayed by dbt-spark's query_retries."""
+"""A fenced write is never replayed by dbt-spark's query_retries, and fence_retries waits its
+turn between attempts."""
 
+from contextlib import nullcontext
 from types import SimpleNamespace
 
+import pytest
+
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
-from dbt.adapters.fenced_spark.fence.protocol import backoff_seconds
+from dbt.adapters.fenced_spark.fence.protocol import (
+    BACKOFF_CAP_SECONDS,
+    Fence,
+    FenceState,
+    backoff_turns,
+)
 
 
 class Manager(FencedSparkConnectionManager):
@@ -27,10 +36,76 @@ def test_handles_without_retries_are_left_alone():
         assert not hasattr(handle, "query_retries")
 
 
-def test_backoff_grows_with_retries_and_attempt_time_and_is_capped():
+def test_backoff_window_doubles_per_retry_up_to_sixteen_turns():
     top = lambda: 1.0  # noqa: E731  the largest jitter draw
-    assert backoff_seconds(1, 0.0, top) == 1.0
-    assert backoff_seconds(2, 0.0, top) == 2.0
-    assert backoff_seconds(1, 3.0, top) == 6.0
-    assert backoff_seconds(10, 3.0, top) == 20.0
-    assert backoff_seconds(3, 3.0, lambda: 0.0) == 0.0
+    assert [backoff_turns(r, top) for r in (1, 2, 3, 4, 5, 10)] == [2, 4, 8, 16, 16, 16]
+    assert backoff_turns(3, lambda: 0.25) == 2.0
+    assert backoff_turns(3, lambda: 0.0) == 0.0
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds >= 0
+        self.now += seconds
+
+
+class FakeLog:
+    """The table's latest version as a function of the fake time; each read costs `cost`."""
+
+    def __init__(self, time, versions, cost=0.0, broken=False):
+        self.time, self.versions, self.cost, self.broken = time, versions, cost, broken
+        self.reads = 0
+
+    def latest_version(self, table, known=None):
+        self.reads += 1
+        self.time.now += self.cost
+        if self.broken:
+            raise RuntimeError("history unreadable")
+        return self.versions(self.time.now)
+
+
+def waited(turns, slot, versions=lambda now: 7, cost=0.0, broken=False):
+    time = FakeTime()
+    log = FakeLog(time, versions, cost, broken)
+    fence = Fence(object(), nullcontext, sleep=time.sleep, log=log, clock=time.clock)
+    fence.wait_turns(FenceState("a.t", "a.t", "append_if_unchanged", 7, 7, "i", "n"), turns, slot)
+    return time.now, log.reads
+
+
+def test_on_a_quiet_table_a_turn_is_one_attempt_long():
+    seconds, _ = waited(turns=3, slot=2.0)
+    assert seconds == pytest.approx(6.0)
+
+
+def test_each_commit_that_lands_ends_a_turn():
+    # One commit per second, attempts of 4 s: three commits end three turns after 3 s, not 12.
+    seconds, _ = waited(turns=3, slot=4.0, versions=lambda now: 7 + int(now))
+    assert 3.0 <= seconds < 4.0
+
+
+def test_the_commits_that_refused_the_attempt_are_not_turns():
+    # The table moved from v7 (the refused attempt's) to v9 before the wait began.
+    seconds, _ = waited(turns=2, slot=1.0, versions=lambda now: 9)
+    assert seconds == pytest.approx(2.0)
+
+
+def test_the_wait_is_capped():
+    seconds, _ = waited(turns=16, slot=30.0)
+    assert seconds == pytest.approx(BACKOFF_CAP_SECONDS)
+
+
+def test_a_costly_history_read_is_polled_less():
+    _, cheap = waited(turns=4, slot=2.0)
+    _, costly = waited(turns=4, slot=2.0, cost=0.5)
+    assert cheap == 16 and costly <= 2
+
+
+def test_an_unreadable_history_waits_out_the_time_and_leaves_the_error_to_the_retry():
+    seconds, reads = waited(turns=2, slot=1.0, broken=True)
+    assert seconds == pytest.approx(2.0) and reads > 1

@@ -32,6 +32,7 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
+BACKOFF_MAX_TURNS = 16
 
 logger = AdapterLogger("FencedSpark")
 
@@ -114,13 +115,10 @@ class FenceResult:
     outcome: Outcome
 
 
-def backoff_seconds(
-    retry: int, attempt_seconds: float = 0.0, rng: Callable[[], float] = random.random
-) -> float:
-    """Exponential backoff with full jitter, in units of how long an attempt takes: losers
-    only stop colliding once their window is wider than one write."""
-    base = max(BACKOFF_BASE_SECONDS, attempt_seconds)
-    return rng() * min(BACKOFF_CAP_SECONDS, base * 2**retry)
+def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
+    """Exponential backoff with full jitter, counted in turns: losers only stop colliding once
+    their window is wider than the writers that want the table."""
+    return rng() * min(BACKOFF_MAX_TURNS, 2**retry)
 
 
 class Fence:
@@ -130,11 +128,15 @@ class Fence:
         single_attempt: Callable[[], Any],
         sleep: Callable[[float], None] = time.sleep,
         log: HistoryReader | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         self.runner = runner
         self.single_attempt = single_attempt
         self.sleep = sleep
         self.log = log or SqlHistory(runner)
+        self.clock = clock
+        self.rng = rng
 
     def run(
         self,
@@ -149,22 +151,24 @@ class Fence:
         attempt_seconds = 0.0
         for retry in range(retries + 1):
             if retry:
-                delay = backoff_seconds(retry, attempt_seconds)
+                turns = backoff_turns(retry, self.rng)
+                slot = max(BACKOFF_BASE_SECONDS, attempt_seconds)
                 logger.info(
                     f"fenced {state.strategy} into {state.display}: attempt {retry} refused; "
-                    f"retrying from the new version in {delay:.1f}s ({retry} of {retries})"
+                    f"retrying from the new version after {turns:.1f} turns (a turn: a commit "
+                    f"landing, or {slot:.1f}s without one; {retry} of {retries})"
                 )
-                self.sleep(delay)
+                self.wait_turns(state, turns, slot)
                 latest = self._latest_or_fail(state)
                 state = replace(
                     state, read_version=latest, expected_version=latest, attempt=retry + 1
                 )
                 restage(state)
-            started = time.monotonic()
+            started = self.clock()
             try:
                 return self.write(state, sql)
             except FenceViolation as violation:
-                attempt_seconds = time.monotonic() - started
+                attempt_seconds = self.clock() - started
                 report = violation.report
                 done = retry == retries or report.gone is not None  # no version to retry from
                 if done or not self._nothing_of_ours_remains(state, report):
@@ -175,6 +179,34 @@ class Fence:
                     raise FenceViolation(report) from violation
                 refused = [*refused, report]
         raise AssertionError("the loop always returns or raises")
+
+    def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
+        """Turns are counted in commits landing on the table or in `slot`s (an attempt's
+        length) of time, whichever runs ahead: under contention the wait follows the commit
+        rate (an attempt slowed by the others would otherwise stretch every wait); on a quiet
+        table it is time."""
+        started = self.clock()
+        deadline = started + min(BACKOFF_CAP_SECONDS, turns * slot)
+        known: int | None = None  # the first read is the baseline: what refused us is no turn
+        landed = 0
+        while True:
+            now = self.clock()
+            left = turns - max(landed, (now - started) / slot)
+            if left <= 0 or now >= deadline:
+                return
+            baseline = state.expected_version if known is None else known
+            try:
+                latest = self.log.latest_version(state.table, baseline)
+            except Exception:
+                latest = baseline  # the retry's own recapture reports what is wrong
+            # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
+            poll = max(slot / 4, 10 * (self.clock() - now))
+            if known is not None:
+                landed += max(0, latest - known)
+            known = latest if known is None else max(known, latest)
+            if landed >= turns:
+                return
+            self.sleep(max(0.0, min(poll, left * slot, deadline - self.clock())))
 
     @staticmethod
     def _nothing_of_ours_remains(state: FenceState, report: FenceReport) -> bool:
