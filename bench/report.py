@@ -426,9 +426,9 @@ def _where_contention(r: Results) -> str:
         f" batch at K={k}; a losing INSERT runs until Delta refuses its commit, sharing the cores"
         " with the winner) and to the waits between them. A refused attempt waits its turn"
         " (`Fence.wait_turns`, `backoff_turns`): a random share of 2^retry turns (at most 16),"
-        " where a turn ends when a commit lands on the table or after one attempt's duration"
-        " with none; under contention the wait follows the table's commit rate, on a quiet"
-        " table it is time."
+        " counted in commits after the refused attempt's version or in attempt-lengths of"
+        " waiting, whichever runs ahead; under contention the wait follows the table's commit"
+        " rate, on a quiet table it is time."
     )
     if ("fenced", k, r.cores) in by and ("fenced", 1, r.cores) in by:
         text += (

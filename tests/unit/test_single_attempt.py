@@ -89,10 +89,12 @@ def test_each_commit_that_lands_ends_a_turn():
     assert 3.0 <= seconds < 4.0
 
 
-def test_the_commits_that_refused_the_attempt_are_not_turns():
-    # The table moved from v7 (the refused attempt's) to v9 before the wait began.
-    seconds, _ = waited(turns=2, slot=1.0, versions=lambda now: 9)
-    assert seconds == pytest.approx(2.0)
+def test_the_commits_that_refused_the_attempt_are_turns_taken():
+    # The refused attempt expected v7; v8 and v9 landed during it.
+    seconds, _ = waited(turns=2.5, slot=1.0, versions=lambda now: 9 if now < 0.3 else 10)
+    assert seconds == pytest.approx(0.5)  # the next poll after the third commit
+    seconds, reads = waited(turns=2, slot=1.0, versions=lambda now: 9)
+    assert seconds == 0.0 and reads == 1
 
 
 def test_the_wait_is_capped():
@@ -103,7 +105,7 @@ def test_the_wait_is_capped():
 def test_a_costly_history_read_is_polled_less():
     _, cheap = waited(turns=4, slot=2.0)
     _, costly = waited(turns=4, slot=2.0, cost=0.5)
-    assert cheap == 16 and costly <= 2
+    assert (cheap, costly) == (17, 3)
 
 
 def test_an_unreadable_history_waits_out_the_time_and_leaves_the_error_to_the_retry():

@@ -181,30 +181,24 @@ class Fence:
         raise AssertionError("the loop always returns or raises")
 
     def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
-        """Turns are counted in commits landing on the table or in `slot`s (an attempt's
-        length) of time, whichever runs ahead: under contention the wait follows the commit
-        rate (an attempt slowed by the others would otherwise stretch every wait); on a quiet
-        table it is time."""
+        """Turns are counted in commits after the version the refused attempt expected, or in
+        `slot`s (an attempt's length) of waiting, whichever runs ahead. Under contention the
+        wait follows the commit rate (an attempt slowed by the others would otherwise stretch
+        every wait), and the commits that landed during the refused attempt are turns already
+        taken; on a quiet table it is time."""
         started = self.clock()
         deadline = started + min(BACKOFF_CAP_SECONDS, turns * slot)
-        known: int | None = None  # the first read is the baseline: what refused us is no turn
-        landed = 0
+        known = state.expected_version
         while True:
             now = self.clock()
-            left = turns - max(landed, (now - started) / slot)
-            if left <= 0 or now >= deadline:
-                return
-            baseline = state.expected_version if known is None else known
             try:
-                latest = self.log.latest_version(state.table, baseline)
+                known = max(known, self.log.latest_version(state.table, known))
             except Exception:
-                latest = baseline  # the retry's own recapture reports what is wrong
+                pass  # the retry's own recapture reports what is wrong
             # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
             poll = max(slot / 4, 10 * (self.clock() - now))
-            if known is not None:
-                landed += max(0, latest - known)
-            known = latest if known is None else max(known, latest)
-            if landed >= turns:
+            left = turns - max(known - state.expected_version, (self.clock() - started) / slot)
+            if left <= 0 or self.clock() >= deadline:
                 return
             self.sleep(max(0.0, min(poll, left * slot, deadline - self.clock())))
 
