@@ -6,7 +6,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn, Protocol
 
@@ -191,10 +191,8 @@ class Fence:
         known = state.expected_version
         while True:
             now = self.clock()
-            try:
+            with suppress(Exception):  # the retry's own recapture reports what is wrong
                 known = max(known, self.log.latest_version(state.table, known))
-            except Exception:
-                pass  # the retry's own recapture reports what is wrong
             # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
             poll = max(slot / 4, 10 * (self.clock() - now))
             left = turns - max(known - state.expected_version, (self.clock() - started) / slot)
