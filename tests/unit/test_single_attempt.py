@@ -105,7 +105,13 @@ def test_the_wait_is_capped():
 def test_a_costly_history_read_is_polled_less():
     _, cheap = waited(turns=4, slot=2.0)
     _, costly = waited(turns=4, slot=2.0, cost=0.5)
-    assert (cheap, costly) == (17, 3)
+    assert (cheap, costly) == (16, 2)
+
+
+def test_no_read_once_the_wait_is_over():
+    # The retry's recapture reads the version next: 8 s at one read per 0.5 s is 16 reads.
+    assert waited(turns=4, slot=2.0) == (pytest.approx(8.0), 16)
+    assert waited(turns=0, slot=2.0) == (0.0, 0)
 
 
 def test_an_unreadable_history_waits_out_the_time_and_leaves_the_error_to_the_retry():

@@ -189,16 +189,20 @@ class Fence:
         started = self.clock()
         deadline = started + min(BACKOFF_CAP_SECONDS, turns * slot)
         known = state.expected_version
-        while True:
-            now = self.clock()
+
+        def left() -> float:
+            return turns - max(known - state.expected_version, (self.clock() - started) / slot)
+
+        # Time is checked before each read: the retry's recapture reads the version right
+        # after, so a read once the wait is over would be a Spark job for nothing over SQL.
+        while left() > 0 and self.clock() < deadline:
+            polled = self.clock()
             with suppress(Exception):  # the retry's own recapture reports what is wrong
                 known = max(known, self.log.latest_version(state.table, known))
             # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
-            poll = max(slot / 4, 10 * (self.clock() - now))
-            left = turns - max(known - state.expected_version, (self.clock() - started) / slot)
-            if left <= 0 or self.clock() >= deadline:
-                return
-            self.sleep(max(0.0, min(poll, left * slot, deadline - self.clock())))
+            poll = max(slot / 4, 10 * (self.clock() - polled))
+            if left() > 0:
+                self.sleep(max(0.0, min(poll, left() * slot, deadline - self.clock())))
 
     @staticmethod
     def _nothing_of_ours_remains(state: FenceState, report: FenceReport) -> bool:
