@@ -90,15 +90,20 @@ def without_leading_comments(sql: str) -> str:
 
 class ForeignAroundWrite(FenceSql):
     """The fence's runner with another writer committing right before our write statement
-    starts (after the pre-check), and optionally right after it lands; `times` caps it."""
+    starts (after the pre-check), and optionally right after it lands; `times` caps it.
+    `before_restore` lands right before our revert's RESTORE takes its snapshot."""
 
-    def __init__(self, connections, writer, before, after=None, times=None):
+    def __init__(self, connections, writer, before, after=None, times=None, before_restore=None):
         super().__init__(connections)
         self.writer, self.before, self.after, self.times = writer, before, after, times
+        self.before_restore = before_restore
         self.fired = 0
 
     def execute(self, sql):
         statement = without_leading_comments(sql).lower()
+        if statement.startswith("restore") and self.before_restore:
+            self.writer.sql(self.before_restore)
+            self.before_restore = None
         is_write = statement.startswith(("merge", "insert into"))
         if not is_write or (self.times is not None and self.fired >= self.times):
             super().execute(sql)

@@ -108,8 +108,11 @@ class TestRevertAfterCommit(OneRowTarget):
     """The gap between the pre-check and the MERGE's own snapshot, made deterministic:
     the foreign commit lands just before our MERGE statement starts."""
 
-    def refused_write(self, project, spark, foreign_sql, also_after=None):
-        """Our MERGE through the fence, with `foreign_sql` landing just before it starts."""
+    def refused_write(
+        self, project, spark, foreign_sql, also_after=None, before_restore=None, step_sql=None
+    ):
+        """Our MERGE through the fence, with `foreign_sql` landing just before it starts;
+        `step_sql` is a step of ours (tagged, strict) that commits after vB, before the write."""
         table, vb = self.fresh_target(project, spark)
         runner = ForeignAroundWrite(
             project.adapter.connections,
@@ -117,13 +120,19 @@ class TestRevertAfterCommit(OneRowTarget):
             before=lambda _: foreign_sql.format(t=table),
             after=also_after and also_after.format(t=table),
             times=1,
+            before_restore=before_restore and before_restore.format(t=table),
         )
         fence = Fence(runner, project.adapter.connections.single_attempt)
+        state = self.state(project, vb)
         with (
             project.adapter.connection_named("revert"),
             pytest.raises(FenceViolation) as raised,
         ):
-            fence.write(self.state(project, vb), self.merge_sql(table))
+            if step_sql:
+                with fence.tagged(state, "schema_change", strict=True):
+                    runner.execute(step_sql.format(t=table))
+                state = fence.after_schema_change(state)
+            fence.write(state, self.merge_sql(table))
         return table, vb, raised.value
 
     def state(self, project, vb):
@@ -133,7 +142,8 @@ class TestRevertAfterCommit(OneRowTarget):
     def merge_sql(self, table):
         return (
             f"merge into {table} t using (select 1 as id, 'ours' as v) s on s.id = t.id "
-            "when matched then update set * when not matched then insert *"
+            "when matched then update set v = s.v when not matched then insert (id, v) "
+            "values (s.id, s.v)"
         )
 
     def test_violation_after_commit_is_reverted(self, project, spark):
@@ -161,6 +171,65 @@ class TestRevertAfterCommit(OneRowTarget):
         assert f"written as v{vb + 2} and NOT reverted" in message
         assert f"RESTORE TABLE {table} TO VERSION AS OF {vb + 1}" in message
         assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (2, "later")]
+
+    def test_a_foreign_commit_between_our_steps_is_never_reverted(self, project, spark):
+        table, vb, violation = self.refused_write(
+            project,
+            spark,
+            "insert into {t} (id, v) values (2, 'foreign')",
+            step_sql="alter table {t} add columns (note string)",
+        )
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["ADD COLUMNS", "WRITE", "MERGE", "RESTORE"]
+        alter, foreign, merge, restore = after
+        assert alter.tag["step"] == "schema_change" and foreign.tag is None  # the race fired
+        assert merge.read_version == foreign.version and restore.read_version == merge.version
+        # Only our MERGE went: the foreign row and our ALTER stand.
+        assert rows(spark, f"select * from {table} order by id") == [
+            (1, "a", None),
+            (2, "foreign", None),
+        ]
+        assert rows(spark, f"select * from {table} order by id") == rows(
+            spark, f"select * from {table} version as of {foreign.version} order by id"
+        )
+        report = violation.report
+        assert report.outcome == Outcome.REVERTED
+        assert [c.version for c in report.standing] == [alter.version]
+        message = str(violation)
+        assert (
+            f"written as v{merge.version}, then reverted by RESTORE (v{restore.version}); this "
+            f"run's earlier steps v{alter.version} ADD COLUMNS (schema_change) were NOT reverted "
+            f"(v{foreign.version} landed after them, so a RESTORE would undo that too)"
+        ) in message
+        assert f"RESTORE TABLE {table} TO VERSION AS OF {vb}`" in message
+        assert "as the other writer(s) left it" not in message and "fence_retries" not in message
+
+    def test_a_commit_landing_before_the_restore_is_given_back(self, project, spark):
+        table, vb, violation = self.refused_write(
+            project,
+            spark,
+            "update {t} set v = 'foreign'",
+            before_restore="insert into {t} values (3, 'late')",
+        )
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
+        foreign, merge, late, restore, undo = after
+        assert late.tag is None and late.read_version == merge.version  # the race fired
+        assert restore.read_version == late.version and restore.tag["step"] == "revert"
+        assert undo.read_version == restore.version and undo.tag["step"] == "revert_undo"
+        # The late row is back, with our MERGE, as the message says.
+        assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (3, "late")]
+        report = violation.report
+        assert report.outcome == Outcome.NOT_REVERTED and report.rolled_back == []
+        message = str(violation)
+        assert (
+            f"written as v{merge.version} and NOT reverted (v{late.version} WRITE by"
+        ) in message
+        assert (
+            f"landed just before the RESTORE (v{restore.version}), which rolled it back too, so "
+            f"v{undo.version} restored v{late.version}: the table is as it was before the RESTORE)"
+        ) in message
+        assert f"RESTORE TABLE {table} TO VERSION AS OF {foreign.version}`" in message
 
 
 class TestRetries(OneRowTarget):

@@ -5,7 +5,7 @@ from contextlib import nullcontext
 import pytest
 
 from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome, first_lines
-from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.protocol import conflict_name, set_conf_sql
 
 LANDED = [Commit(13, "UPDATE", 12, None, user_name="ana", engine_info="Spark")]
@@ -25,13 +25,21 @@ def test_never_written():
     assert "try the operation again" not in text
 
 
+OURS = Commit(14, "MERGE", 13, FenceTag("inv", "model.p.orders", "merge", 12).to_json())
+
+
 def test_written_and_reverted():
-    text = report(Outcome.REVERTED, our_version=14, revert_version=15).message()
-    assert "written as v14, then reverted by RESTORE (v15)" in text
+    text = report(
+        Outcome.REVERTED, our_version=14, revert_version=15, ours=[OURS], reverted=[OURS]
+    ).message()
+    assert "written as v14, then reverted by RESTORE (v15): nothing of this run remains" in text
+    assert "fence_retries" in text
 
 
 def test_written_not_reverted_tells_how_to_undo():
-    text = report(Outcome.NOT_REVERTED, our_version=14, revert_error="v15 landed").message()
+    text = report(
+        Outcome.NOT_REVERTED, our_version=14, revert_error="v15 landed", ours=[OURS]
+    ).message()
     assert "written as v14 and NOT reverted (v15 landed)" in text
     assert "RESTORE TABLE analytics.orders TO VERSION AS OF 13" in text
     assert "fix the table by hand" in text

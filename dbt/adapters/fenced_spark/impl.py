@@ -138,7 +138,7 @@ class FencedSparkAdapter(SparkAdapter):
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         fence = self._fence()
         try:
-            with fence.tagged(step, "schema_change"):
+            with fence.tagged(step, "schema_change", strict=True):
                 return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         except Exception as exc:
             if conflict_name(exc) is None:

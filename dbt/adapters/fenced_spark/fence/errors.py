@@ -52,6 +52,16 @@ class Outcome(StrEnum):
     NOT_REVERTED = "written_not_reverted"
 
 
+def _listed_foreign(commits: list[Commit]) -> str:
+    return ", ".join(f"v{c.version} {c.operation}" for c in commits)
+
+
+def _listed(commits: list[Commit]) -> str:
+    return ", ".join(
+        f"v{c.version} {c.operation} ({c.tag.step if c.tag else '?'})" for c in commits
+    )
+
+
 @dataclass
 class FenceReport:
     strategy: str
@@ -66,25 +76,78 @@ class FenceReport:
     # Set when the table's history could not be read at all: no version to compare with.
     gone: Gone | None = None
     earlier_attempts: list["FenceReport"] = field(default_factory=list)
+    # This node's own commits since vB (pre-hook and schema-change steps, the write), and
+    # those the revert undid; foreign commits a RESTORE rolled back and could not bring back.
+    ours: list[Commit] = field(default_factory=list)
+    reverted: list[Commit] = field(default_factory=list)
+    rolled_back: list[Commit] = field(default_factory=list)
+    # Why `fence_retries` did not apply, when the model set it.
+    not_retried: str | None = None
+
+    @property
+    def steps(self) -> list[Commit]:
+        return [c for c in self.ours if c.version != self.our_version]
+
+    @property
+    def standing(self) -> list[Commit]:
+        """Our commits still in the table."""
+        return [c for c in self.ours if c not in self.reverted]
+
+    @property
+    def nothing_of_ours_remains(self) -> bool:
+        return not self.standing and not self.rolled_back and self.outcome != Outcome.NOT_REVERTED
 
     def summary(self) -> str:
         landed = ", ".join(f"v{c.version} {c.operation}" for c in self.landed) or "a conflict"
         return f"read v{self.read_version}; {landed} landed; {self.outcome.value.replace('_', ' ')}"
 
-    def what_happened(self) -> str:
+    def _write(self) -> str:
         if self.outcome == Outcome.NEVER_WRITTEN:
-            return "never written: the table is as the other writer(s) left it."
+            return "never written"
         if self.outcome == Outcome.REVERTED:
             return (
-                f"written as v{self.our_version}, then reverted by RESTORE "
-                f"(v{self.revert_version}): nothing of this run remains."
+                f"written as v{self.our_version}, then reverted by RESTORE (v{self.revert_version})"
             )
-        landed_after = self.revert_error or "another commit landed after it"
+        return f"written as v{self.our_version} and NOT reverted ({self.revert_error})"
+
+    def what_happened(self) -> str:
+        steps, standing = self.steps, self.standing
+        if self.rolled_back:
+            # Our RESTORE took a foreign commit with it and could not give it back.
+            back = self.rolled_back[-1].version
+            return (
+                f"{self._write()}; {self.revert_error}. Other writers' commits now missing "
+                f"from the table: {_listed_foreign(self.rolled_back)}. To bring them back (with "
+                f"this run's commits), run `RESTORE TABLE {self.table} TO VERSION AS OF {back}`."
+            )
+        if not standing:
+            if not steps and self.outcome == Outcome.NEVER_WRITTEN:
+                return "never written: the table is as the other writer(s) left it."
+            if self.outcome == Outcome.NEVER_WRITTEN:
+                return (
+                    f"never written; this run's earlier steps ({_listed(steps)}) were reverted "
+                    f"by RESTORE (v{self.revert_version}): nothing of this run remains."
+                )
+            also = f", with this run's earlier steps ({_listed(steps)})" if steps else ""
+            return f"{self._write()}{also}: nothing of this run remains."
+        kept_steps = [c for c in steps if c in standing]
+        text = self._write()
+        if kept_steps and self.outcome != Outcome.NOT_REVERTED:
+            text += f"; this run's earlier steps {_listed(kept_steps)} were NOT reverted"
+            text += f" ({self.revert_error})"
+        elif kept_steps:
+            text += f"; nor were this run's earlier steps {_listed(kept_steps)}"
+        first = min(c.version for c in standing)
+        later = [c for c in self.landed if c.version > first]
+        also = (
+            f"; it also undoes {_listed_foreign(later)} by other writers, so first make sure "
+            "none of that needs keeping"
+            if later
+            else ""
+        )
         return (
-            f"written as v{self.our_version} and NOT reverted ({landed_after}). "
-            f"Inspect `DESCRIBE HISTORY {self.table}`; to undo this run's write, make sure "
-            f"nothing after v{self.our_version} needs keeping, then run "
-            f"`RESTORE TABLE {self.table} TO VERSION AS OF {(self.our_version or 1) - 1}`."
+            f"{text}. Inspect `DESCRIBE HISTORY {self.table}`; to undo this run's commits, run "
+            f"`RESTORE TABLE {self.table} TO VERSION AS OF {first - 1}`{also}."
         )
 
     def message(self) -> str:
@@ -109,7 +172,9 @@ class FenceReport:
             lines.append(f"  attempts: {total} (fence_retries: {total - 1}), all refused:")
             for number, attempt in enumerate([*self.earlier_attempts, self], start=1):
                 lines.append(f"    {number}. {attempt.summary()}")
-        if self.outcome == Outcome.NOT_REVERTED:
+        if self.not_retried:
+            lines.append(f"  not retried: {self.not_retried}")
+        if not self.nothing_of_ours_remains:
             lines.append("  what to do: fix the table by hand as above, then re-run the model.")
         elif self.gone == Gone.DROPPED:
             lines.append("  what to do: re-run the model; its first run creates the table anew.")
@@ -118,6 +183,8 @@ class FenceReport:
                 "  what to do: run the model once with --full-refresh to rebuild the table as "
                 "Delta; a plain re-run refuses a table that is not Delta."
             )
+        elif self.steps or self.not_retried:
+            lines.append("  what to do: re-run the model; it recomputes from the new version.")
         else:
             lines.append(
                 "  what to do: re-run the model; it recomputes from the new version. "

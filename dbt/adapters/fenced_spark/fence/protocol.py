@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -33,6 +33,10 @@ MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
 BACKOFF_MAX_TURNS = 16
+
+# The steps whose commits are this node's own changes to the table (revert and post_hook
+# commits are not: the first undo ours, the second come after the verdict).
+OWN_STEPS = ("pre_hook", "schema_change", "write")
 
 logger = AdapterLogger("FencedSpark")
 
@@ -115,6 +119,26 @@ class FenceResult:
     outcome: Outcome
 
 
+@dataclass(frozen=True)
+class Revert:
+    """What a revert did: our commits it undid, the RESTORE that stands, foreign commits it
+    rolled back and could not bring back, and why anything of ours was left."""
+
+    reverted: list[Commit] = field(default_factory=list)
+    restore: Commit | None = None
+    rolled_back: list[Commit] = field(default_factory=list)
+    error: str | None = None
+    wrote: bool = False
+
+
+def _versions(commits: list[Commit]) -> str:
+    return ", ".join(c.describe() for c in commits) or "a commit"
+
+
+def _landed(commits: list[Commit]) -> str:
+    return ", ".join(f"v{c.version}" for c in commits)
+
+
 def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with full jitter, counted in turns: losers only stop colliding once
     their window is wider than the writers that want the table."""
@@ -171,7 +195,7 @@ class Fence:
                 attempt_seconds = self.clock() - started
                 report = violation.report
                 done = retry == retries or report.gone is not None  # no version to retry from
-                if done or not self._nothing_of_ours_remains(state, report):
+                if done or not self._retryable(state, report):
                     if not refused:
                         raise
                     # The message is built with the report: rebuild it to list every attempt.
@@ -205,12 +229,10 @@ class Fence:
                 self.sleep(max(0.0, min(poll, left() * slot, deadline - self.clock())))
 
     @staticmethod
-    def _nothing_of_ours_remains(state: FenceState, report: FenceReport) -> bool:
-        # A schema change of ours stays committed when the write itself never ran.
-        schema_changed = state.expected_version != state.read_version
-        if report.outcome == Outcome.REVERTED:
-            return True
-        return report.outcome == Outcome.NEVER_WRITTEN and not schema_changed
+    def _retryable(state: FenceState, report: FenceReport) -> bool:
+        # A retry redoes only the write: not with earlier steps of ours (reverted or not).
+        steps_ran = state.expected_version != state.read_version
+        return report.nothing_of_ours_remains and not steps_ran
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         return self.log.latest_version(table, known)
@@ -220,16 +242,17 @@ class Fence:
         return self.log.commits_since(table, version)
 
     @contextmanager
-    def tagged(self, state: FenceState, step: str) -> Iterator[None]:
+    def tagged(self, state: FenceState, step: str, strict: bool | None = None) -> Iterator[None]:
         """The conf that tags our commit is set only around our own statements."""
+        strict = state.strict if strict is None else strict
         self.runner.execute(set_conf_sql(USER_METADATA, state.tag(step).to_json()))
-        if state.strict:
+        if strict:
             self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
         try:
             yield
         finally:
             self.runner.execute(f"RESET {USER_METADATA}")
-            if state.strict:
+            if strict:
                 self.runner.execute(f"RESET {MAX_COMMIT_ATTEMPTS}")
 
     @staticmethod
@@ -266,15 +289,8 @@ class Fence:
 
     def precheck(self, state: FenceState) -> None:
         latest = self._latest_or_fail(state)
-        if latest == state.expected_version:
-            return
-        landed = self.foreign(state, self.commits_since(state.table, state.read_version))
-        self._fail(
-            state,
-            Outcome.NEVER_WRITTEN,
-            landed,
-            cause=f"pre-check: expected v{state.expected_version}, found v{latest}",
-        )
+        if latest != state.expected_version:
+            self.refuse(state, f"pre-check: expected v{state.expected_version}, found v{latest}")
 
     def after_schema_change(self, state: FenceState) -> FenceState:
         """Our ALTERs ran strict; they must be the only commits since vB, in a row."""
@@ -287,7 +303,7 @@ class Fence:
         else:
             return replace(state, expected_version=expected)
         ours = self.ours(state, commits)
-        self._fail_after_commit(state, ours[-1] if ours else None, commits, "schema change")
+        self.refuse(state, self._expected(state, ours[-1] if ours else None, "schema change"))
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
         conflict: BaseException | None = None
@@ -315,12 +331,9 @@ class Fence:
         ours = self.ours(state, commits, "write")
         if not ours:
             if conflict is not None:
-                self._fail(
+                self.refuse(
                     state,
-                    Outcome.NEVER_WRITTEN,
-                    self.foreign(state, commits),
-                    cause=f"Delta's conflict detection during the write "
-                    f"({conflict_name(conflict)})",
+                    f"Delta's conflict detection during the write ({conflict_name(conflict)})",
                 )
             # An unchanged table makes no commit: nothing to verify, nothing lost. Unless the
             # table went away after the write, taking our commit with it: that is not "no change".
@@ -340,7 +353,7 @@ class Fence:
             ok = our.read_version == state.expected_version
         if ok:
             return FenceResult(state.read_version, our.version, Outcome.COMMITTED)
-        self._fail_after_commit(state, our, commits, "post-write verification")
+        self.refuse(state, self._expected(state, our, "post-write verification"), our)
 
     @staticmethod
     def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
@@ -359,55 +372,113 @@ class Fence:
             error,
         )
 
-    def _fail_after_commit(
-        self, state: FenceState, our: Commit | None, commits: list[Commit], check: str
-    ) -> NoReturn:
-        landed = self.foreign(state, commits)
+    @staticmethod
+    def _expected(state: FenceState, our: Commit | None, check: str) -> str:
         if state.strict:
             expectation = f"our commit to be v{state.expected_version + 1}"
         else:
             expectation = f"our commit to read v{state.expected_version}"
         found = f"v{our.version} read v{our.read_version}" if our else "no commit of ours"
-        cause = f"{check}: expected {expectation}, found {found}"
-        if our is None:
-            self._fail(state, Outcome.NEVER_WRITTEN, landed, cause=cause)
+        return f"{check}: expected {expectation}, found {found}"
 
-        def not_reverted(reason: str) -> NoReturn:
-            self._fail(
-                state,
-                Outcome.NOT_REVERTED,
-                landed,
-                cause=cause,
-                our_version=our.version,
-                revert_error=reason,
-            )
-
-        # Everything of ours since vB goes: restore to just before our first commit.
-        first_ours = min(c.version for c in self.ours(state, commits))
-        latest = self.latest_version(state.table, known=our.version)
-        if latest != our.version:
-            not_reverted(f"v{latest} landed after it, so a RESTORE would undo that too")
-        try:
-            with self.tagged(state, "revert"):
-                self.runner.execute(
-                    f"RESTORE TABLE {state.table} TO VERSION AS OF {first_ours - 1}"
-                )
-        except Exception as exc:
-            not_reverted(f"the RESTORE failed: {reason(exc)}")
-        restores = self.ours(state, self.commits_since(state.table, our.version), "revert")
-        if not restores or restores[-1].read_version != our.version:
-            not_reverted(
-                "the RESTORE did not start from our commit; a commit that landed just "
-                "before it may have been rolled back as well"
-            )
+    def refuse(self, state: FenceState, cause: str, our_write: Commit | None = None) -> NoReturn:
+        """Fail the node after undoing what it committed since vB, as far as that undoes
+        nobody else's commit; the report says exactly what of ours stands."""
+        commits = self.commits_since(state.table, state.read_version)
+        mine = [c for c in self.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
+        if not mine:
+            self._fail(state, Outcome.NEVER_WRITTEN, self.foreign(state, commits), cause=cause)
+        revert = self._revert(state, commits)
+        if our_write is None:
+            outcome = Outcome.NEVER_WRITTEN
+        elif our_write in revert.reverted:
+            outcome = Outcome.REVERTED
+        else:
+            outcome = Outcome.NOT_REVERTED
+        if revert.wrote:  # the RESTOREs are ours; what landed meanwhile is read anew
+            commits = self.commits_since(state.table, state.read_version)
         self._fail(
             state,
-            Outcome.REVERTED,
-            landed,
+            outcome,
+            self.foreign(state, commits),
             cause=cause,
-            our_version=our.version,
-            revert_version=restores[-1].version,
+            our_version=our_write.version if our_write else None,
+            revert_version=revert.restore.version if revert.restore else None,
+            revert_error=revert.error,
+            ours=mine,
+            reverted=revert.reverted,
+            rolled_back=revert.rolled_back,
         )
+
+    def _revert(self, state: FenceState, commits: list[Commit]) -> "Revert":
+        """RESTORE over the run of our own commits at the head of the log, and only that: a
+        foreign commit below or above it stays. A RESTORE that turns out to have read a foreign
+        commit (one that landed after we looked) is itself undone."""
+        latest = self.latest_version(state.table, known=commits[-1].version)
+        if latest != commits[-1].version:
+            commits = self.commits_since(state.table, state.read_version)
+        head: list[Commit] = []
+        for commit in reversed(commits):
+            if not self.ours(state, [commit]) or commit.tag is None:
+                break
+            if commit.tag.step not in OWN_STEPS:
+                break
+            head.insert(0, commit)
+        if not head:
+            return Revert(
+                error=f"{_landed(commits[-1:])} landed after it, so a RESTORE would undo that too"
+            )
+        top = head[-1].version
+        try:
+            restore = self._restore(state, head[0].version - 1, "revert", after=top)
+        except Exception as exc:
+            return Revert(error=f"the RESTORE failed: {reason(exc)}", wrote=True)
+        if restore is None or restore.read_version is None:
+            return Revert(error="the RESTORE's commit is not in the table's history", wrote=True)
+        if restore.read_version == top:
+            # Ours below a foreign commit stay: restoring them would undo that commit too.
+            below = [
+                c for c in commits if c.version < head[0].version and c.version > state.read_version
+            ]
+            left = [c for c in below if not self.ours(state, [c])]
+            error = (
+                f"{_landed(left)} landed after them, so a RESTORE would undo that too"
+                if left and len(below) > len(left)
+                else None
+            )
+            return Revert(reverted=head, restore=restore, wrote=True, error=error)
+        # A commit landed between our look at the head and the RESTORE's snapshot, and the
+        # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
+        read = restore.read_version
+        slipped = [c for c in self.commits_since(state.table, top) if c.version <= read]
+        what = f"{_versions(slipped)} landed just before the RESTORE (v{restore.version})"
+        try:
+            undo = self._restore(state, read, "revert_undo", after=restore.version)
+        except Exception as exc:
+            failed = reason(exc)
+        else:
+            if undo is not None and undo.read_version == restore.version:
+                return Revert(
+                    wrote=True,
+                    error=f"{what}, which rolled it back too, so v{undo.version} restored "
+                    f"v{read}: the table is as it was before the RESTORE",
+                )
+            failed = "its commit is not where it should be"
+        return Revert(
+            reverted=head,
+            restore=restore,
+            rolled_back=slipped,
+            wrote=True,
+            error=f"{what}, which rolled it back too; undoing the RESTORE failed: {failed}",
+        )
+
+    def _restore(self, state: FenceState, version: int, step: str, after: int) -> Commit | None:
+        """A tagged RESTORE that commits only on the snapshot it read (never past a commit
+        that landed meanwhile), and its commit, found by its tag."""
+        with self.tagged(state, step, strict=True):
+            self.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+        restores = self.ours(state, self.commits_since(state.table, after), step)
+        return restores[-1] if restores else None
 
     def _fail(
         self, state: FenceState, outcome: Outcome, landed: list[Commit], **kw: Any

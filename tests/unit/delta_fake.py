@@ -1,0 +1,52 @@
+"""An in-memory table with Delta's commit rules, enough to drive the fence's protocol in unit
+tests: versions, readVersion, the userMetadata conf and RESTORE. Real
+Spark + Delta runs the same paths in tests/functional."""
+
+import re
+from collections.abc import Callable
+
+from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA
+
+_SET = re.compile(r"SET (\S+?)=`(.*)`$|SET (\S+?)=(\S+)$", re.S)
+
+
+class FakeTable:
+    def __init__(self) -> None:
+        self.commits = [Commit(0, "CREATE TABLE", None, None)]
+        self.rows: list[frozenset[str]] = [frozenset()]
+        self.conf: dict[str, str] = {}
+        # Called with the next statement right before it takes its snapshot: a foreign
+        # writer's slot (it may also raise, as a refused commit does).
+        self.before: Callable[[str], None] = lambda sql: None
+
+    @property
+    def latest(self) -> int:
+        return self.commits[-1].version
+
+    def commit(self, operation: str, rows: frozenset[str], read: int, metadata=None) -> None:
+        self.commits.append(Commit(self.latest + 1, operation, read, metadata))
+        self.rows.append(rows)
+
+    def foreign(self, row: str) -> None:
+        self.commit("WRITE", self.rows[-1] | {row}, self.latest)
+
+    def execute(self, sql: str) -> None:
+        if sql.startswith("RESET "):
+            self.conf.pop(sql.split()[1], None)
+            return
+        if match := _SET.match(sql):
+            quoted, value, plain, bare = match.groups()
+            self.conf[quoted or plain] = value.replace("``", "`") if quoted else bare
+            return
+        before, self.before = self.before, lambda sql: None
+        before(sql)
+        read = self.latest
+        if restore := re.match(r"RESTORE TABLE \S+ TO VERSION AS OF (\d+)", sql):
+            rows, operation = self.rows[int(restore.group(1))], "RESTORE"
+        else:
+            rows, operation = self.rows[read] | {sql}, sql.split()[0].upper()
+        self.commit(operation, rows, read, self.conf.get(USER_METADATA))
+
+    def history(self, table: str, limit: int) -> list[Commit]:
+        return self.commits[-limit:]

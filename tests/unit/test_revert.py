@@ -1,0 +1,165 @@
+"""A revert undoes only the run of our own commits at the head of the log, never a foreign
+commit, and the message says exactly what of ours stands."""
+
+from contextlib import nullcontext
+
+import pytest
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from tests.unit.delta_fake import FakeTable
+
+TABLE = "`a`.`t`"
+
+
+def fence(table: FakeTable) -> Fence:
+    return Fence(table, nullcontext, rng=lambda: 0.0)
+
+
+def state(strategy: str = "merge", expected: int = 0) -> FenceState:
+    return FenceState(TABLE, "a.t", strategy, 0, expected, "inv", "model.p.t")
+
+
+def our_step(table: FakeTable, s: FenceState, step: str, sql: str) -> FenceState:
+    with fence(table).tagged(s, step, strict=True):
+        table.execute(sql)
+    return FenceState(**{**s.to_dict(), "expected_version": table.latest})
+
+
+def refused(call) -> FenceViolation:
+    with pytest.raises(FenceViolation) as raised:
+        call()
+    return raised.value
+
+
+def test_a_foreign_commit_between_our_schema_change_and_our_write_survives_the_revert():
+    table = FakeTable()
+    s = our_step(table, state(), "schema_change", "alter table add columns")
+    table.before = lambda sql: table.foreign("theirs")  # lands before the MERGE's snapshot
+
+    error = refused(lambda: fence(table).write(s, "merge into t"))
+
+    assert [c.operation for c in table.commits[1:]] == ["ALTER", "WRITE", "MERGE", "RESTORE"]
+    restore = table.commits[-1]
+    assert restore.read_version == 3 and table.rows[-1] == table.rows[2]  # back to theirs
+    assert "theirs" in table.rows[-1] and "alter table add columns" in table.rows[-1]
+    report = error.report
+    assert report.outcome == Outcome.REVERTED and report.reverted == [table.commits[3]]
+    assert [c.version for c in report.standing] == [1]
+    text = report.message()
+    assert "written as v3, then reverted by RESTORE (v4)" in text
+    assert "earlier steps v1 ALTER (schema_change) were NOT reverted" in text
+    assert "v2 landed after them, so a RESTORE would undo that too" in text
+    assert "nothing of this run remains" not in text
+    assert "the table is as the other writer(s) left it" not in text
+    assert "fence_retries" not in text and "fix the table by hand" in text
+    assert (
+        "RESTORE TABLE a.t TO VERSION AS OF 0" in text
+        and "it also undoes v2 WRITE by other writers" in text
+    )
+
+
+def test_our_steps_in_a_row_at_the_head_are_reverted_together():
+    table = FakeTable()
+    s = our_step(table, state("append_if_unchanged"), "pre_hook", "delete from t")
+    table.before = lambda sql: table.foreign("theirs")
+    error = refused(lambda: fence(table).write(s, "insert into t"))
+    # theirs at v2 was below our write (v3) but above our DELETE (v1): only v3 goes.
+    assert "theirs" in table.rows[-1] and "delete from t" in table.rows[-1]
+    assert error.report.outcome == Outcome.REVERTED
+
+    table = FakeTable()
+    table.foreign("before vB")
+    s = FenceState(TABLE, "a.t", "merge", 1, 1, "inv", "model.p.t")
+    s = our_step(table, s, "pre_hook", "delete from t")
+    # A foreign RESTORE after our DELETE refuses the write at the pre-check.
+    table.commit("RESTORE", table.rows[0], table.latest)
+    error = refused(lambda: fence(table).write(s, "merge into t"))
+    text = error.report.message()
+    assert error.report.outcome == Outcome.NEVER_WRITTEN
+    assert "never written; this run's earlier steps v2 DELETE (pre_hook) were NOT reverted" in text
+    assert "detected by: pre-check: expected v2, found v3" in text
+
+
+def test_a_write_and_the_steps_before_it_all_at_the_head_leave_nothing():
+    table = FakeTable()
+    s = our_step(table, state(), "pre_hook", "delete from t")
+    s = our_step(table, s, "schema_change", "alter table add columns")
+    # A foreign commit at v3 after our steps: our write at v4 reads v3, and only it is ours
+    # at the head; an ALTER chain with no foreign commit in it goes as one.
+    table.before = lambda sql: table.foreign("theirs")
+    error = refused(lambda: fence(table).write(s, "merge into t"))
+    assert [c.version for c in error.report.standing] == [1, 2]
+
+    table = FakeTable()
+    s = our_step(table, state(), "pre_hook", "delete from t")
+    s = our_step(table, s, "schema_change", "alter table add columns")
+    with fence(table).tagged(s, "write"):
+        table.execute("merge into t")
+    table.commits[-1] = table.commits[-1].__class__(
+        3, "MERGE", 1, table.commits[-1].user_metadata
+    )  # as if it had read v1: the check fails with all three of ours at the head
+    error = refused(lambda: fence(table).verify(s, None))
+    assert table.rows[-1] == table.rows[0]
+    text = error.report.message()
+    assert (
+        "written as v3, then reverted by RESTORE (v4), with this run's earlier steps "
+        "(v1 DELETE (pre_hook), v2 ALTER (schema_change)): nothing of this run remains."
+    ) in text
+    assert "fence_retries" not in text  # a retry would not redo the steps
+
+
+def test_a_commit_that_slips_in_before_the_restore_is_given_back():
+    table = FakeTable()
+    table.before = lambda sql: table.foreign("theirs")
+    s = state()
+
+    def merge_then_late_commit():
+        with fence(table).tagged(s, "write"):
+            table.execute("merge into t")
+        # Lands after our look at the head, right before the RESTORE takes its snapshot.
+        table.before = lambda sql: table.foreign("late") if sql.startswith("RESTORE") else None
+        fence(table).verify(s, None)
+
+    error = refused(merge_then_late_commit)
+    operations = [c.operation for c in table.commits[1:]]
+    assert operations == ["WRITE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
+    assert table.rows[-1] == table.rows[3]  # theirs, ours and late: as before the RESTORE
+    assert {"theirs", "late", "merge into t"} <= table.rows[-1]
+    report = error.report
+    assert report.outcome == Outcome.NOT_REVERTED and report.rolled_back == []
+    text = report.message()
+    assert "v3 WRITE by an unnamed writer landed just before the RESTORE (v4)" in text
+    assert "so v5 restored v3: the table is as it was before the RESTORE" in text
+    assert "RESTORE TABLE a.t TO VERSION AS OF 1" in text
+
+
+def test_a_restore_that_cannot_be_undone_says_what_it_took():
+    table = FakeTable()
+    table.before = lambda sql: table.foreign("theirs")
+    s = state()
+
+    def refuse_the_undo(sql: str) -> None:
+        raise DbtRuntimeError("[DELTA_MAX_COMMIT_RETRIES_EXCEEDED] busy")
+
+    def merge_then_late_commit():
+        with fence(table).tagged(s, "write"):
+            table.execute("merge into t")
+
+        def late(sql: str) -> None:
+            table.foreign("late")
+            table.before = refuse_the_undo
+
+        table.before = late
+        fence(table).verify(s, None)
+
+    error = refused(merge_then_late_commit)
+    assert "late" not in table.rows[-1]  # the RESTORE took it, and it could not be undone
+    report = error.report
+    assert report.outcome == Outcome.REVERTED and [c.version for c in report.rolled_back] == [3]
+    text = report.message()
+    assert "undoing the RESTORE failed: [DELTA_MAX_COMMIT_RETRIES_EXCEEDED] busy" in text
+    assert "Other writers' commits now missing from the table: v3 WRITE" in text
+    assert "RESTORE TABLE a.t TO VERSION AS OF 3" in text
+    assert "fix the table by hand" in text
