@@ -129,3 +129,199 @@ def test_random_compositions_pin_exactly_the_reads(seed):
     pinned = pin(sql)
     assert pinned.count("VERSION AS OF 7") == reads
     assert pinned.replace(" VERSION AS OF 7", "") == sql
+
+
+def _without_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args, **_kwargs):
+        raise rewriter.SqlglotError("forced")
+
+    monkeypatch.setattr(rewriter, "_reference_ends_parsed", refuse)
+
+
+HINTS_AND_COMMENTS = [
+    (
+        "select /*+ BROADCAST(analytics.orders) */ * from src join analytics.orders o on s = o.id",
+        "select /*+ BROADCAST(analytics.orders) */ * from src"
+        " join analytics.orders VERSION AS OF 7 o on s = o.id",
+    ),
+    (
+        "select /*+ BROADCAST(o), REPARTITION(3, analytics.orders.id) */ o.id\n"
+        "from analytics.orders o",
+        "select /*+ BROADCAST(o), REPARTITION(3, analytics.orders.id) */ o.id\n"
+        "from analytics.orders VERSION AS OF 7 o",
+    ),
+    (
+        "select /*+ MERGE(`analytics`.`orders`) */ 1 from analytics.orders",
+        "select /*+ MERGE(`analytics`.`orders`) */ 1 from analytics.orders VERSION AS OF 7",
+    ),
+    (
+        "select 1 -- analytics.orders\nfrom /* analytics.orders */ analytics.orders -- x",
+        "select 1 -- analytics.orders\nfrom /* analytics.orders */ analytics.orders"
+        " VERSION AS OF 7 -- x",
+    ),
+    (
+        "select 1 /* a /* analytics.orders */ b */ from analytics.orders",
+        "select 1 /* a /* analytics.orders */ b */ from analytics.orders VERSION AS OF 7",
+    ),
+]
+
+
+@pytest.mark.parametrize("sql, expected", HINTS_AND_COMMENTS)
+def test_hints_and_comments_are_kept_as_written(sql, expected, monkeypatch):
+    monkeypatch.setattr(rewriter, "_reference_ends_tokenized", None)  # no silent fallback
+    # A hint's names used to be pinned at offsets into the hint's own text:
+    # `BROADCAST(analyt VERSION AS OF 7ics.orders)`, a syntax error on Spark.
+    assert pin(sql) == expected
+
+
+@pytest.mark.parametrize("sql, expected", HINTS_AND_COMMENTS)
+def test_hints_and_comments_through_the_tokenizer(sql, expected, monkeypatch):
+    _without_parser(monkeypatch)
+    assert pin(sql) == expected
+
+
+def test_a_hint_alone_is_not_a_read():
+    assert not reads_self(
+        "select /*+ BROADCAST(analytics.orders) */ * from src", "analytics", "orders"
+    )
+
+
+IDENTIFIER_CLAUSES = [
+    (
+        "select * from IDENTIFIER('analytics.orders') t",
+        "select * from IDENTIFIER('analytics.orders') VERSION AS OF 7 t",
+    ),
+    (
+        "select * from identifier('`analytics`.`orders`') as t",
+        "select * from identifier('`analytics`.`orders`') VERSION AS OF 7 as t",
+    ),
+    (
+        "select * from src join IDENTIFIER( 'SPARK_CATALOG.Analytics.`ORDERS`' ) o on 1 = 1",
+        "select * from src join IDENTIFIER( 'SPARK_CATALOG.Analytics.`ORDERS`' )"
+        " VERSION AS OF 7 o on 1 = 1",
+    ),
+    (
+        'select * from IDENTIFIER("analytics.orders")',
+        'select * from IDENTIFIER("analytics.orders") VERSION AS OF 7',
+    ),
+]
+
+
+@pytest.mark.parametrize("sql, expected", IDENTIFIER_CLAUSES)
+def test_identifier_clauses_are_pinned(sql, expected, monkeypatch):
+    monkeypatch.setattr(rewriter, "_reference_ends_tokenized", None)  # no silent fallback
+    assert pin(sql) == expected
+
+
+@pytest.mark.parametrize("sql, expected", IDENTIFIER_CLAUSES)
+def test_identifier_clauses_through_the_tokenizer(sql, expected, monkeypatch):
+    _without_parser(monkeypatch)
+    assert pin(sql) == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select * from IDENTIFIER('analytics' || '.orders') t",  # not a literal: not known here
+        "select * from IDENTIFIER(:name) t",
+        "select * from IDENTIFIER('analytics.orders') VERSION AS OF 3 t",
+        "select * from IDENTIFIER('analytics.orders2') t",
+        "select * from IDENTIFIER('other_catalog.analytics.orders') t",
+        "select * from IDENTIFIER('orders') t",
+        "select * from IDENTIFIER('analytics.orders.id') t",
+        "select * from IDENTIFIER('analytics.orders x') t",  # not a name
+    ],
+)
+def test_other_identifier_clauses_are_untouched(sql):
+    assert pin(sql) == sql
+
+
+LOCATION = "/wh/analytics.db/orders"
+
+
+def pin_at(sql: str, location: str = LOCATION) -> str:
+    return pin_self_reads(sql, "analytics", "orders", 7, location)
+
+
+@pytest.mark.parametrize(
+    "path", [LOCATION, LOCATION + "/", "file:" + LOCATION, "file://" + LOCATION + "/"]
+)
+@pytest.mark.parametrize("location", [LOCATION, "file:" + LOCATION + "/", "file://" + LOCATION])
+def test_path_reads_of_the_location_are_pinned(path, location):
+    sql = f"select * from delta.`{path}` t where t.id > 0"
+    expected = f"select * from delta.`{path}` VERSION AS OF 7 t where t.id > 0"
+    assert pin_at(sql, location) == expected
+    assert reads_self(sql, "analytics", "orders", location=location)
+
+
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        (
+            "select * from DELTA.`/wh/analytics.db/orders`"
+            " union all select * from analytics.orders",
+            "select * from DELTA.`/wh/analytics.db/orders` VERSION AS OF 7"
+            " union all select * from analytics.orders VERSION AS OF 7",
+        ),
+        (
+            "select * from spark_catalog.delta.`/wh/analytics.db/orders`",
+            "select * from spark_catalog.delta.`/wh/analytics.db/orders` VERSION AS OF 7",
+        ),
+        (
+            "select * from IDENTIFIER('delta.`/wh/analytics.db/orders`') t",
+            "select * from IDENTIFIER('delta.`/wh/analytics.db/orders`') VERSION AS OF 7 t",
+        ),
+    ],
+)
+def test_path_reads_in_both_paths(sql, expected, monkeypatch):
+    with monkeypatch.context() as parsed_only:
+        parsed_only.setattr(rewriter, "_reference_ends_tokenized", None)
+        assert pin_at(sql) == expected
+    _without_parser(monkeypatch)
+    assert pin_at(sql) == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select * from delta.`/wh/analytics.db/orders2`",
+        "select * from delta.`/wh/analytics.db`",
+        "select * from delta.`/other/wh/analytics.db/orders`",
+        "select * from parquet.`/wh/analytics.db/orders`",  # not Delta: no time travel
+        "select * from delta.`/wh/analytics.db/orders` VERSION AS OF 2",
+        "select 'delta.`/wh/analytics.db/orders`' as p",
+    ],
+)
+def test_other_paths_are_untouched(sql):
+    assert pin_at(sql) == sql
+
+
+def test_without_a_location_paths_are_not_guessed():
+    sql = "select * from delta.`/wh/analytics.db/orders`"
+    assert pin(sql) == sql
+    assert not reads_self(sql, "analytics", "orders")
+
+
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        (
+            "select * from `analytics`.`orders`o",
+            "select * from `analytics`.`orders` VERSION AS OF 7 o",
+        ),
+        (
+            "select * from IDENTIFIER('analytics.orders')o",
+            "select * from IDENTIFIER('analytics.orders') VERSION AS OF 7 o",
+        ),
+        # A doubled backquote is one in the name: the table `orders``x`, not an alias.
+        ("select * from `analytics`.`orders``x`", "select * from `analytics`.`orders``x`"),
+        (
+            "select * from analytics.orders/* c */o",
+            "select * from analytics.orders VERSION AS OF 7/* c */o",
+        ),
+    ],
+)
+def test_an_alias_written_close_stays_apart_from_the_version(sql, expected, monkeypatch):
+    assert pin(sql) == expected
+    _without_parser(monkeypatch)
+    assert pin(sql) == expected

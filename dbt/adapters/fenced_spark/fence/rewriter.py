@@ -1,10 +1,14 @@
 """Pin every self-read of the target to `VERSION AS OF vB`.
 
-sqlglot's Spark parser finds the table references (so string literals, comments, column
-prefixes like `schema.t.col` and struct fields are never touched); the rewrite is a text
-insertion at the reference's end offset, so the user's SQL stays as written elsewhere.
+sqlglot's Spark parser finds the table references (so string literals, comments, hints,
+column prefixes like `schema.t.col` and struct fields are never touched); the rewrite is a
+text insertion at the reference's end offset, so the user's SQL stays as written elsewhere.
 When sqlglot cannot parse the SQL, a token-level scan with sqlglot's tokenizer does the
 same job with the grammar rules spelled out below.
+
+A reference is `[spark_catalog.]schema.identifier` in any case or quoting, Spark's identifier
+clause `IDENTIFIER('schema.identifier')` over a string literal, and, when the caller knows the
+table's location, Delta's path reader ``delta.`<location>` ``.
 """
 
 import re
@@ -18,40 +22,68 @@ from sqlglot.tokens import Token, TokenType
 
 # `spark_catalog` is the session catalog: `spark_catalog.s.t` is the same table as `s.t`.
 SESSION_CATALOG = "spark_catalog"
+# ``delta.`/path` `` reads the Delta table at /path, whatever its name in the metastore.
+PATH_FORMAT = "delta"
 
 
 @dataclass(frozen=True)
 class Target:
     schema: str
     identifier: str
+    location: str | None = None
 
     def matches(self, catalog: str | None, schema: str | None, name: str) -> bool:
-        if catalog and catalog.lower() != SESSION_CATALOG:
+        if (catalog and catalog.lower() != SESSION_CATALOG) or schema is None:
             return False
-        return (
-            schema is not None
-            and schema.lower() == self.schema.lower()
-            and name.lower() == self.identifier.lower()
+        named = schema.lower() == self.schema.lower() and name.lower() == self.identifier.lower()
+        at_location = (
+            self.location is not None
+            and schema.lower() == PATH_FORMAT
+            and _same_location(name, self.location)
         )
+        return named or at_location
+
+    def matches_parts(self, names: Sequence[str]) -> bool:
+        if len(names) not in (2, 3):
+            return False
+        return self.matches(names[0] if len(names) == 3 else None, names[-2], names[-1])
 
 
-def pin_self_reads(sql: str, schema: str, identifier: str, version: int) -> str:
-    """Return `sql` with each read of `schema.identifier` pinned to `version`."""
-    target = Target(schema, identifier)
+def _same_location(path: str, location: str) -> bool:
+    return _normalized_location(path) == _normalized_location(location)
+
+
+def _normalized_location(path: str) -> str:
+    # `file:///x`, `file:/x` and `/x` are the same local directory, with or without a final `/`.
+    if path[:7].lower() == "file://":
+        path = path[7:]
+    elif path[:5].lower() == "file:":
+        path = path[5:]
+    return path.rstrip("/") or path[:1]
+
+
+def pin_self_reads(
+    sql: str, schema: str, identifier: str, version: int, location: str | None = None
+) -> str:
+    """Return `sql` with each read of `schema.identifier` (or of its `location`) pinned."""
+    target = Target(schema, identifier, location)
     try:
         ends = _reference_ends_parsed(sql, target)
     except SqlglotError:
         ends = _reference_ends_tokenized(sql, target)
     for end in sorted(set(ends), reverse=True):
-        sql = f"{sql[:end]} VERSION AS OF {version}{sql[end:]}"
+        # `` `s`.`t`o `` is `s`.`t` aliased `o`; Spark would lex `7o` as one name.
+        gap = " " if _WORD_START.match(sql, end) else ""
+        sql = f"{sql[:end]} VERSION AS OF {version}{gap}{sql[end:]}"
     return sql
 
 
-def reads_self(sql: str, schema: str, identifier: str) -> bool:
-    return pin_self_reads(sql, schema, identifier, 0) != sql
+def reads_self(sql: str, schema: str, identifier: str, location: str | None = None) -> bool:
+    return pin_self_reads(sql, schema, identifier, 0, location) != sql
 
 
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORD_START = re.compile(r"[\w`]")
 
 
 def _tokens(sql: str) -> list[Token]:
@@ -68,25 +100,91 @@ def _tokens(sql: str) -> list[Token]:
     return tokens
 
 
+# One part of the name in an identifier clause's string: Spark parses it as a multipart name.
+_STRING_PART = re.compile(r"\s*(?:`((?:[^`]|``)*)`|(\w+))\s*")
+
+
+def _identifier_string_parts(text: str) -> list[str] | None:
+    parts: list[str] = []
+    pos = 0
+    while True:
+        part = _STRING_PART.match(text, pos)
+        if part is None:
+            return None
+        parts.append(part[2] if part[1] is None else part[1].replace("``", "`"))
+        pos = part.end()
+        if pos == len(text):
+            return parts
+        if text[pos] != ".":
+            return None
+        pos += 1
+
+
 def _reference_ends_parsed(sql: str, target: Target) -> list[int]:
+    tokens = _tokens(sql)
     ends = []
-    for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(_tokens(sql), sql):
+    for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(tokens, sql):
         if statement is None:
             continue
         for table in statement.find_all(exp.Table):
             if table.args.get("version") is not None:
                 continue  # the user time-travels on purpose
-            if not isinstance(table.this, exp.Identifier):
-                continue  # a table function, not a table
-            if target.matches(table.catalog or None, table.db or None, table.name):
-                end = table.this.meta.get("end")
-                if end is None:
-                    raise SqlglotError("identifier without a position")
-                ends.append(end + 1)
+            if table.find_ancestor(exp.Hint) is not None:
+                continue  # a hint names a table, it does not read one; its offsets are its own
+            end = _parsed_reference_end(sql, tokens, table, target)
+            if end is not None:
+                ends.append(end)
     return ends
 
 
+def _parsed_reference_end(
+    sql: str, tokens: Sequence[Token], table: exp.Table, target: Target
+) -> int | None:
+    if isinstance(table.this, exp.Identifier):
+        if not target.matches(table.catalog or None, table.db or None, table.name):
+            return None
+        return _identifier_end(sql, table.this)
+    literal = _identifier_clause_literal(table.this)
+    if literal is None or table.args.get("db") or table.args.get("catalog"):
+        return None  # a table function, not a table
+    names = _identifier_string_parts(literal.this)
+    if names is None or not target.matches_parts(names):
+        return None
+    return _closing_paren_end(tokens, literal)
+
+
+def _identifier_clause_literal(node: exp.Expression) -> exp.Literal | None:
+    if not isinstance(node, exp.Anonymous) or node.name.upper() != "IDENTIFIER":
+        return None
+    args = node.expressions
+    if len(args) != 1 or not isinstance(args[0], exp.Literal) or not args[0].is_string:
+        return None  # `IDENTIFIER(:param)`, `IDENTIFIER('s' || '.t')`: not known here
+    return args[0]
+
+
+def _identifier_end(sql: str, identifier: exp.Identifier) -> int:
+    start, end = identifier.meta.get("start"), identifier.meta.get("end")
+    if start is None or end is None:
+        raise SqlglotError("identifier without a position")
+    name = identifier.name
+    spelled = "`" + name.replace("`", "``") + "`" if identifier.quoted else name
+    # An offset into some other text (sqlglot re-parses a few spans on their own) would
+    # corrupt the SQL: only an offset that spells the name here is used.
+    if sql[start : end + 1] != spelled:
+        raise SqlglotError(f"identifier {name!r} is not at offset {start}")
+    return end + 1
+
+
+def _closing_paren_end(tokens: Sequence[Token], literal: exp.Literal) -> int:
+    start = literal.meta.get("start")
+    for i, token in enumerate(tokens[:-1]):
+        if token.start == start and tokens[i + 1].token_type == TokenType.R_PAREN:
+            return tokens[i + 1].end + 1
+    raise SqlglotError("identifier clause without its closing parenthesis")
+
+
 _NAME_TYPES = {TokenType.VAR, TokenType.IDENTIFIER}
+_STRING_TYPES = {TokenType.STRING, TokenType.RAW_STRING}
 _NOT_A_TABLE_AFTER = {TokenType.DOT, TokenType.L_PAREN}
 
 
@@ -94,12 +192,11 @@ def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
     tokens = _tokens(sql)
     ends = []
     for i in range(len(tokens)):
-        parts = _dotted_name_at(tokens, i)
+        parts = _identifier_clause_at(tokens, i) or _dotted_name_at(tokens, i)
         if parts is None:
             continue
         names, last = parts
-        catalog = names[0] if len(names) == 3 else None
-        if len(names) < 2 or not target.matches(catalog, names[-2], names[-1]):
+        if not target.matches_parts(names):
             continue
         nxt = tokens[last + 1] if last + 1 < len(tokens) else None
         if nxt is not None and nxt.token_type in _NOT_A_TABLE_AFTER:
@@ -110,7 +207,7 @@ def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
     return ends
 
 
-def _dotted_name_at(tokens: Sequence[Token], i: int) -> tuple | None:
+def _dotted_name_at(tokens: Sequence[Token], i: int) -> tuple[list[str], int] | None:
     """The dotted name starting at token i, unless i is in the middle of one."""
     if tokens[i].token_type not in _NAME_TYPES:
         return None
@@ -129,3 +226,21 @@ def _dotted_name_at(tokens: Sequence[Token], i: int) -> tuple | None:
     if len(names) > 3:
         return None
     return names, last
+
+
+def _identifier_clause_at(tokens: Sequence[Token], i: int) -> tuple[list[str], int] | None:
+    """`IDENTIFIER('<name>')` starting at token i: the name's parts and the `)` token."""
+    clause = tokens[i : i + 4]
+    if len(clause) < 4 or (i > 0 and tokens[i - 1].token_type == TokenType.DOT):
+        return None
+    keyword, open_paren, string, close_paren = clause
+    if (
+        keyword.token_type not in _NAME_TYPES
+        or keyword.text.upper() != "IDENTIFIER"
+        or open_paren.token_type != TokenType.L_PAREN
+        or string.token_type not in _STRING_TYPES
+        or close_paren.token_type != TokenType.R_PAREN
+    ):
+        return None
+    names = _identifier_string_parts(string.text)
+    return None if names is None else (names, i + 3)
