@@ -35,7 +35,10 @@ def crash_section(crash: dict) -> list[str]:
         "UPDATE right after the pre-check, so the fence goes on to verify and revert. After "
         "each kill the test checks that the table reads at its latest version and holds the "
         "state before the batch or the whole batch, never part of it; then the next `dbt run` "
-        "must succeed, carry only its own tag and converge on the batch.",
+        "must succeed, carry only its own tag and converge on the batch. Where a raced write "
+        "of ours had committed and no revert followed before the kill, the next run must "
+        "instead refuse, naming that commit and the RESTORE that undoes it; the test runs that "
+        "RESTORE, and the run after it must converge.",
         "",
         "Kills per step the process died in: "
         + ", ".join(f"{step} {n}" for step, n in sorted(died.items()))
@@ -51,10 +54,13 @@ def crash_section(crash: dict) -> list[str]:
             f"| {died_in} | {t['state_after_kill']} | {t['next_run']} |"
         )
     partial = sum(t["state_after_kill"] not in ("before", "batch applied") for t in trials)
-    failed_next = sum(t["next_run"] not in ("committed", "no_change") for t in trials)
+    outcomes = [t["next_run"].rsplit(": ", 1)[-1] for t in trials]
+    failed_next = sum(o not in ("committed", "no_change") for o in outcomes)
+    unresolved = sum(t["next_run"].startswith("refused (unresolved)") for t in trials)
     lines += [
         "",
-        f"Partial batches after a kill: **{partial}**. Next runs that failed: **{failed_next}**.",
+        f"Partial batches after a kill: **{partial}**. Next runs that reported an unresolved "
+        f"earlier write: **{unresolved}**. Runs that failed to converge: **{failed_next}**.",
         "",
     ]
     return lines

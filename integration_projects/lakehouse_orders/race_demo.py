@@ -3,7 +3,9 @@ merge race against stock dbt-spark and dbt-fenced-spark, side by side (scorecard
 
 The race: day 2's run ships order 1. Meanwhile a notebook (another SparkSession in the same
 JVM) cancels order 1: once after the run has read the table and before it writes, and once
-while its MERGE is running.
+while its MERGE is running. Then two more, after the run read its table: a double-fired job
+against a model that reads its watermark at compile time, and a late event against a model
+whose pre-hook deletes the day it reloads.
 """
 
 import json
@@ -44,6 +46,17 @@ def main() -> int:
     print("\n== The merge race, against both adapters ==")
     rc = scorecard.main(
         ["--races", "merge", "--timings", "between", "during", "--no-write"],
+    )
+    print("\n== A watermark read at compile time, and a pre-hook reload, raced ==")
+    rc |= scorecard.main(
+        [
+            "--races",
+            "compile_time_watermark",
+            "pre_hook_reload",
+            "--timings",
+            "between",
+            "--no-write",
+        ],
     )
     print(f"\nDemo finished in {time.monotonic() - started:.0f}s. Every strategy and timing:")
     print("`make scorecard` (docs/scorecard.md).")

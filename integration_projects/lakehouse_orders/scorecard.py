@@ -85,16 +85,26 @@ RACES = {
         "event_id",
         "select count(*) from {t} where event_id = 4",
     ),
-    "append_if_unchanged": Race(
-        "append_if_unchanged (watermark read at compile time)",
+    "compile_time_watermark": Race(
+        "append (watermark read at compile time: runs as append_if_unchanged)",
         "append",
         "order_events_export",
-        "day 2's run appends the events after a compile-time watermark; a double-fired job"
-        " appends them too",
+        "day 2's run appends the events after a watermark it read with run_query while dbt"
+        " compiled it; a double-fired job appends them too",
         "insert into {t} select event_id, order_id, event_type, event_ts"
         " from {s}.raw_events where day = 2",
         "event_id",
         "select count(*) from {t} where event_id = 4",
+    ),
+    "pre_hook_reload": Race(
+        "append_if_unchanged (pre-hook deletes the day, the model re-inserts it)",
+        "append",
+        "order_events_reload",
+        "day 2's run reloads day 2 (a pre-hook deletes it, the model inserts it); a backfill job"
+        " inserts a late event for day 2",
+        "insert into {t} values (100, 1, 'late', timestamp'2026-01-02 12:00:00', 2)",
+        "event_id",
+        "select count(*) from {t} where event_id = 100",
     ),
     "replace_where": Race(
         "replace_where",
@@ -314,7 +324,8 @@ def who(adapter: str, row) -> str:
     if metadata == FOREIGN_TAG:
         return "foreign writer"
     if "dbt_fenced_spark" in metadata:
-        return "dbt run (fenced, tagged)"
+        step = json.loads(metadata).get("step", "write")
+        return "dbt run (fenced, tagged)" if step == "write" else f"dbt run (fenced {step})"
     if row.operation == "RESTORE":
         return "dbt run (fence revert)"
     return "dbt run" if adapter == "stock" else "dbt run (untagged)"
@@ -439,9 +450,16 @@ def prove_timing(race: Race, timing: str, outcome: Outcome) -> None:
         outcome.window_version is None or outcome.foreign_version <= outcome.window_version
     ):
         raise RuntimeError(f"{where}: the foreign commit landed before the run read the table")
-    ours = [c for c in outcome.timeline if c.writer.startswith("dbt run")]
+    # The run's write is its last commit (a pre-hook's DELETE may come before the window).
+    ours = [
+        c
+        for c in outcome.timeline
+        if c.writer.startswith("dbt run") and not c.writer.endswith("pre_hook)")
+    ]
     reverted = any(c.operation == "RESTORE" for c in ours)
-    if timing != "before" and ours and ours[0].version < outcome.foreign_version and not reverted:
+    writes = [c for c in ours if c.operation != "RESTORE"]
+    late = writes and writes[-1].version < outcome.foreign_version
+    if timing != "before" and late and not reverted:
         raise RuntimeError(f"{where}: the run committed before the foreign writer")
     assert versions == sorted(versions)
 

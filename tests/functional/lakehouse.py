@@ -150,3 +150,46 @@ class OrdersTable:
     def table(self, project) -> str:
         run_dbt(["run", "--full-refresh"])
         return f"{project.test_schema}.orders"
+
+
+class ForeignAt:
+    """Another writer (its own session or Thrift client) that commits once at a named moment
+    of the next dbt run, taken from the adapter's own call sequence. Never a hook of the
+    model: a pre-hook that writes the target is the node's own step.
+
+    - `compiled`: after the node compiled (its compile-time reads ran), before its
+      materialization starts; on stock dbt-spark too.
+    - `vb`: right after the fenced materialization captured vB, before the pre-hooks.
+    - `staging`: after the pre-hooks, right before the model SQL is staged.
+    """
+
+    def __init__(self, monkeypatch, spark, moment: str, statements: str | list[str]) -> None:
+        from dbt.adapters.spark.impl import SparkAdapter
+
+        from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
+
+        self.writer = ForeignWriter(spark)
+        self.statements = [statements] if isinstance(statements, str) else statements
+        self.fired = 0
+        owner, name, after = {
+            "compiled": (SparkAdapter, "pre_model_hook", False),
+            "vb": (FencedSparkAdapter, "fence_begin", True),
+            "staging": (FencedSparkAdapter, "fence_stage", False),
+        }[moment]
+        original = getattr(owner, name)
+
+        def hooked(adapter, *args, **kwargs):
+            if not after:
+                self.fire()
+            result = original(adapter, *args, **kwargs)
+            if after:
+                self.fire()
+            return result
+
+        monkeypatch.setattr(owner, name, hooked)
+
+    def fire(self) -> None:
+        if not self.fired:
+            for statement in self.statements:
+                self.writer.sql(statement)
+        self.fired += 1

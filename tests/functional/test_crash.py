@@ -6,7 +6,10 @@ verify, revert), after a seeded delay. `race` trials commit a foreign UPDATE rig
 pre-check, so the fence takes its revert path. Then, in this process:
 - the table reads at its latest version and holds either the state before the batch or the
   fully applied batch, never a part of it;
-- the next `dbt run` of the same model succeeds, carries only its own tag, and converges.
+- the next `dbt run` of the same model succeeds, carries only its own tag, and converges;
+  unless a raced write of ours committed and was not reverted before the kill: then the next
+  run refuses, naming that commit and the RESTORE that undoes it, and once that RESTORE ran,
+  the run after it converges.
 
 Only one JVM writes at a time (the child is dead before we write): two JVMs committing at
 once to a local-disk Delta table is unsafe in Delta itself.
@@ -28,7 +31,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from tests.conftest import REPO
-from tests.functional.lakehouse import history, rows
+from tests.functional.lakehouse import history, ours, rows
 
 TRIALS = int(os.environ.get("CRASH_TRIALS", "5"))
 SEED = int(os.environ.get("CRASH_SEED", "7"))
@@ -116,7 +119,9 @@ class TestCrash:
         (root / "models" / "orders.sql").write_text(ORDERS)
         (root / "models" / "events.sql").write_text(EVENTS)
         (root / "dbt_project.yml").write_text(
-            "name: crash\nversion: '1.0'\nconfig-version: 2\nprofile: crash\n"
+            # The parent's project name: the same node ids, so a run sees the child's commits
+            # as an earlier run of its own node.
+            "name: test\nversion: '1.0'\nconfig-version: 2\nprofile: crash\n"
         )
         (root / "profiles.yml").write_text(
             "crash:\n  target: dev\n  outputs:\n    dev:\n      type: fenced_spark\n"
@@ -200,10 +205,22 @@ class TestCrash:
             foreign = [e for e in history(spark, table) if e.version > before_version]
             assert foreign and foreign[0].operation == "UPDATE" and foreign[0].tag is None
 
+        # A raced write that committed and was not reverted before the kill is a lost update
+        # unless someone looks: the next run refuses, naming it and the RESTORE that undoes it.
+        dbt_args = ["run", "--select", trial.model, "--vars", json.dumps({"batch": batch})]
+        since = [e for e in history(spark, table) if e.version > before_version]
+        writes, reverts = ours(since), ours(since, "revert")
+        if trial.raced and writes and not reverts:
+            message = run_dbt(dbt_args, expect_pass=False).results[0].message
+            restore = f"RESTORE TABLE {table} TO VERSION AS OF {writes[-1].version - 1}"
+            assert f"its commit: v{writes[-1].version} " in message and restore in message
+            spark.sql(restore)  # as the message says, the user undoes it
+            latest = history(spark, table)[-1].version
+            trial.next_run = "refused (unresolved), restored: "
         # The next run: ours alone, and it converges on the batch.
-        results = run_dbt(["run", "--select", trial.model, "--vars", json.dumps({"batch": batch})])
+        results = run_dbt(dbt_args)
         response = results.results[0].adapter_response
-        trial.next_run = response["fence_outcome"]
+        trial.next_run += response["fence_outcome"]
         assert rows(spark, f"select * from {table} order by id") == applied
         entries = [e for e in history(spark, table) if e.version > latest]
         tagged = [e for e in entries if e.tag]

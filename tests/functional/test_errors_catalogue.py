@@ -5,6 +5,7 @@ the messages instead; the headings and the prose around them stay hand-written."
 import json
 import os
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark import impl
 from dbt.adapters.fenced_spark.fence import protocol
+from dbt.adapters.fenced_spark.fence.history import FenceTag
 from tests.conftest import REPO
 from tests.functional.lakehouse import (
     ForeignAroundWrite,
+    ForeignAt,
     ForeignWriter,
     history,
     long_spark_job,
@@ -24,8 +27,8 @@ from tests.functional.lakehouse import (
     rows,
 )
 from tests.functional.test_merge_races import ORDERS
+from tests.functional.test_node_transaction import COMPILE_TIME_WATERMARK
 from tests.functional.test_strict_races import APPENDED
-from tests.functional.test_watermark_and_retries import COMPILE_TIME_WATERMARK
 
 DOC = Path(REPO) / "docs" / "errors.md"
 UPDATE = os.environ.get("UPDATE_ERRORS_DOC") == "1"
@@ -148,6 +151,10 @@ CONFIG_ERRORS = {
     "E106": ("no_predicate", "incremental_strategy='replace_where'"),
     "E107": ("bad_retries", "incremental_strategy='append', fence_retries=-1"),
     "E108": ("unfenced_cas", "incremental_strategy='append_if_unchanged', fenced=false"),
+    "E115": (
+        "bad_accept",
+        "incremental_strategy='merge', unique_key='id', fence_accept_unverified='v7'",
+    ),
 }
 COVERED.update(CONFIG_ERRORS)
 
@@ -159,7 +166,8 @@ RACED = """
     unique_key='id',
     on_schema_change=var('on_schema_change', 'ignore'),
     fence_retries=var('retries', 0),
-    pre_hook=var('pre_sqls', []),
+    fence_accept_unverified=var('accept', none),
+    pre_hook=var('pre_hooks', []),
 ) }}
 select id, status, amount
 from values {{ var('batch', "(1, 'open', 10), (2, 'open', 20), (3, 'open', 30)") }}
@@ -178,7 +186,14 @@ RACED_MODELS = [
     "reformatted",
     "widened",
     "unverified",
+    "restore_window",
+    "crashed",
 ]
+# An idempotent reload: the pre-hook deletes what the model then writes again.
+RELOADED = RACED.replace(
+    "pre_hook=var('pre_hooks', [])",
+    'pre_hook="{% if is_incremental() %}delete from {{ this }} where id = 3{% endif %}"',
+)
 SHIP_1_AND_ADD_4 = "(1, 'shipped', 11), (4, 'open', 40)"
 NEW_TABLE = "select 7 as id, 'new' as status, 0 as amount"
 REPLACED = "CREATE OR REPLACE TABLE AS SELECT"
@@ -215,6 +230,7 @@ class TestErrorsCatalogue:
             "was_parquet.sql": model("incremental_strategy='merge', unique_key='id'"),
             "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
             **{f"{name}.sql": RACED for name in RACED_MODELS},
+            "reloaded.sql": RELOADED,
             "conflicted.sql": ORDERS,
             "appended.sql": APPENDED,
             "dupes.sql": model(
@@ -292,24 +308,27 @@ class TestErrorsCatalogue:
 
     # -- E2xx: the fence refuses (FenceViolation) ---------------------------------------------
 
-    def raced(self, project, spark, name: str, expect_pass=False, **race):
-        """Run `name` once more with `race` (vars), after a fresh first run."""
+    def raced(self, project, spark, monkeypatch, name: str, foreign: list[str], **race):
+        """Run `name` once more with `race` (vars), after a fresh first run; another session
+        commits `foreign` right after the run captured vB."""
         table, vb = self.fresh(project, spark, name)
-        race["pre_sqls"] = [sql.format(t=table) for sql in race.get("pre_sqls", [])]
-        results = run_dbt(["run", "--select", name, *run_vars(**race)], expect_pass=expect_pass)
+        writer = ForeignAt(monkeypatch, spark, "vb", [sql.format(t=table) for sql in foreign])
+        results = run_dbt(["run", "--select", name, *run_vars(**race)], expect_pass=False)
+        assert writer.fired == 1
         return table, vb, results
 
     def landed_after(self, spark, table: str, vb: int):
         return [e for e in history(spark, table) if e.version > vb]
 
     @produces("E201")
-    def test_foreign_commit_before_the_write(self, project, spark, catalogue):
+    def test_foreign_commit_before_the_write(self, project, spark, monkeypatch, catalogue):
         table, vb, results = self.raced(
             project,
             spark,
+            monkeypatch,
             "overtaken",
+            ["update {t} set status = 'cancelled' where id = 1"],
             batch=SHIP_1_AND_ADD_4,
-            pre_sqls=["update {t} set status = 'cancelled' where id = 1"],
         )
         after = self.landed_after(spark, table, vb)
         assert [(e.operation, e.tag) for e in after] == [("UPDATE", None)]  # the race fired
@@ -346,14 +365,21 @@ class TestErrorsCatalogue:
         assert [(e.operation, e.tag) for e in after] == [("UPDATE", None)]
         catalogue("E203", message_of(results))
 
-    def around_the_write(self, monkeypatch, spark, before, after=None) -> list[ForeignAroundWrite]:
+    def around_the_write(
+        self, monkeypatch, spark, before, after=None, before_restore=None
+    ) -> list[ForeignAroundWrite]:
         """Every fence runner of the next dbt run commits `before(n)` right before its write
-        statement starts (after the pre-check), and `after` right after it lands."""
+        statement starts (after the pre-check), `after` right after it lands, and
+        `before_restore` right before a revert's RESTORE starts."""
         writer = ForeignWriter(spark)
         runners: list[ForeignAroundWrite] = []
 
         def runner(connections):
-            runners.append(ForeignAroundWrite(connections, writer, before, after))
+            runners.append(
+                ForeignAroundWrite(
+                    connections, writer, before, after, before_restore=before_restore
+                )
+            )
             return runners[-1]
 
         monkeypatch.setattr(impl, "FenceSql", runner)
@@ -402,6 +428,69 @@ class TestErrorsCatalogue:
             (9, "late"),
         ]
 
+    @produces("E212")
+    def test_a_commit_after_our_pre_hook_step(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "reloaded")
+        late = f"insert into {table} values (9, 'late', 90)"
+        writer = ForeignAt(monkeypatch, spark, "staging", late)  # after the pre-hook's DELETE
+        results = run_dbt(["run", "--select", "reloaded"], expect_pass=False)
+        assert writer.fired == 1
+        after = self.landed_after(spark, table, vb)
+        steps = [(e.operation, e.tag and e.tag["step"]) for e in after]
+        assert steps == [("DELETE", "pre_hook"), ("WRITE", None)]
+        catalogue("E212", message_of(results))
+        # As the message says: our DELETE stands, and their row.
+        assert rows(spark, f"select id from {table} order by id") == [(1,), (2,), (9,)]
+
+    @produces("E214")
+    def test_a_commit_just_before_the_revert(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "restore_window")
+        runners = self.around_the_write(
+            monkeypatch,
+            spark,
+            lambda _: f"update {table} set status = 'cancelled' where id = 1",
+            before_restore=f"insert into {table} values (9, 'late', 90)",
+        )
+        race = run_vars(batch=SHIP_1_AND_ADD_4)
+        results = run_dbt(["run", "--select", "restore_window", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 1
+        after = self.landed_after(spark, table, vb)
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
+        assert after[2].tag is None and after[3].read_version == after[2].version
+        catalogue("E214", message_of(results))
+        assert rows(spark, f"select id, status from {table} order by id") == [
+            (1, "shipped"),
+            (2, "open"),
+            (3, "open"),
+            (4, "open"),
+            (9, "late"),
+        ]
+
+    @produces("E213")
+    def test_an_earlier_run_left_an_unverified_commit(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "crashed")
+        ForeignWriter(spark).sql(f"update {table} set status = 'cancelled' where id = 1")
+        # The history a run killed between its commit and its verdict leaves behind
+        # (test_crash.py makes it with SIGKILL): its MERGE, computed from vB, tagged, on top
+        # of the foreign commit, and nothing after it.
+        dead = ForeignWriter(spark)
+        tag = FenceTag(str(uuid.uuid4()), "model.my_project.crashed", "merge", vb, 1, "write", vb)
+        dead.sql(protocol.set_conf_sql(protocol.USER_METADATA, tag.to_json()))
+        dead.sql(
+            f"merge into {table} t using (select 1 as id, 'shipped' as status, 11 as amount) s "
+            "on s.id = t.id when matched then update set *"
+        )
+        results = run_dbt(["run", "--select", "crashed"], expect_pass=False)
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag and e.tag["step"]) for e in after] == [
+            ("UPDATE", None),
+            ("MERGE", "write"),
+        ]  # nothing of the refused run
+        catalogue("E213", message_of(results))
+        # Once the user accepts that commit (or undoes it), runs go on.
+        run_dbt(["run", "--select", "crashed", *run_vars(accept=after[1].version)])
+        assert self.landed_after(spark, table, after[1].version)[-1].tag["step"] == "write"
+
     @produces("E206")
     def test_fence_retries_exhausted(self, project, spark, monkeypatch, catalogue):
         table, vb = self.fresh(project, spark, "retried")
@@ -420,12 +509,13 @@ class TestErrorsCatalogue:
         assert rows(spark, f"select count(*) from {table}") == [(5,)]
 
     @produces("E207")
-    def test_target_replaced(self, project, spark, catalogue):
+    def test_target_replaced(self, project, spark, monkeypatch, catalogue):
         table, vb, results = self.raced(
             project,
             spark,
+            monkeypatch,
             "replaced",
-            pre_sqls=[f"create or replace table {{t}} using delta as {NEW_TABLE}"],
+            [f"create or replace table {{t}} using delta as {NEW_TABLE}"],
         )
         after = self.landed_after(spark, table, vb)
         assert [(e.operation, e.tag) for e in after] == [(REPLACED, None)]
@@ -433,35 +523,36 @@ class TestErrorsCatalogue:
         assert rows(spark, f"select id, status from {table}") == [(7, "new")]
 
     @produces("E208")
-    def test_target_dropped(self, project, spark, catalogue):
-        table, _, results = self.raced(project, spark, "dropped", pre_sqls=["drop table {t}"])
+    def test_target_dropped(self, project, spark, monkeypatch, catalogue):
+        table, _, results = self.raced(project, spark, monkeypatch, "dropped", ["drop table {t}"])
         catalogue("E208", message_of(results))
         assert not table_exists(spark, table)
 
     @produces("E209")
-    def test_target_recreated_as_parquet(self, project, spark, catalogue):
+    def test_target_recreated_as_parquet(self, project, spark, monkeypatch, catalogue):
         table, _, results = self.raced(
             project,
             spark,
+            monkeypatch,
             "reformatted",
+            ["drop table {t}", f"create table {{t}} using parquet as {NEW_TABLE}"],
             reads_self=False,  # no pinned read fails first: the pre-check finds it
-            pre_sqls=[
-                "drop table {t}",
-                f"create table {{t}} using parquet as {NEW_TABLE}",
-            ],
         )
         catalogue("E209", message_of(results))
         assert rows(spark, f"select id, status from {table}") == [(7, "new")]
 
     @produces("E210")
     @pytest.mark.parametrize("on_schema_change", ["ignore", "append_new_columns"])
-    def test_schema_changed_concurrently(self, project, spark, catalogue, on_schema_change):
+    def test_schema_changed_concurrently(
+        self, project, spark, monkeypatch, catalogue, on_schema_change
+    ):
         table, vb, results = self.raced(
             project,
             spark,
+            monkeypatch,
             "widened",
+            ["alter table {t} add columns (note string)"],
             on_schema_change=on_schema_change,
-            pre_sqls=["alter table {t} add columns (note string)"],
         )
         after = self.landed_after(spark, table, vb)
         assert [(e.operation, e.tag) for e in after] == [("ADD COLUMNS", None)]
@@ -501,21 +592,13 @@ class TestErrorsCatalogue:
     # -- E4xx: reads the fence cannot pin ------------------------------------------------------
 
     @produces("E401")
-    def test_compile_time_read(self, project, spark, catalogue):
+    def test_compile_time_read(self, project, spark, monkeypatch, catalogue):
         table, vb = self.fresh(project, spark, "compile_time")
-        double_fired = f"insert into {table} values (3), (4)"
-
-        # `append`: the compiled SQL does not read {{ this }}, so the append is unfenced.
-        race = run_vars(hi=5, strategy="append", pre_sql=double_fired)
-        run_dbt(["run", "--select", "compile_time", *race])
-        assert [e.tag for e in self.landed_after(spark, table, vb)] == [None, None]
-        twice = f"select id, count(*) from {table} group by id having count(*) > 1 order by id"
-        assert rows(spark, twice) == [(3, 2), (4, 2)]
-
-        # `append_if_unchanged`: the same race is refused.
-        table, vb = self.fresh(project, spark, "compile_time")
-        race = run_vars(hi=5, strategy="append_if_unchanged", pre_sql=double_fired)
+        # A double-fired job appends after the node read its watermark at compile time.
+        writer = ForeignAt(monkeypatch, spark, "compiled", f"insert into {table} values (3), (4)")
+        race = run_vars(hi=5, strategy="append", retries=2)
         results = run_dbt(["run", "--select", "compile_time", *race], expect_pass=False)
+        assert writer.fired == 1
         after = self.landed_after(spark, table, vb)
         assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]
         catalogue("E401", message_of(results))

@@ -217,6 +217,7 @@ class TestHostileNames:
             "read_version": vb,
             "attempt": 1,
             "step": "write",
+            "expected_version": vb,
         }
         # The model's read of {{ this }} was pinned to vB in the staged view.
         staged = [s for s in fence_sql["executed"] if "temporary view" in s]

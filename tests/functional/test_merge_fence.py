@@ -131,7 +131,7 @@ class TestRevertAfterCommit(OneRowTarget):
             if step_sql:
                 with fence.tagged(state, "schema_change", strict=True):
                     runner.execute(step_sql.format(t=table))
-                state = fence.after_schema_change(state)
+                state = fence.after_step(state, "schema_change")
             fence.write(state, self.merge_sql(table))
         return table, vb, raised.value
 
@@ -223,7 +223,7 @@ class TestRevertAfterCommit(OneRowTarget):
         assert report.outcome == Outcome.NOT_REVERTED and report.rolled_back == []
         message = str(violation)
         assert (
-            f"written as v{merge.version} and NOT reverted (v{late.version} WRITE by"
+            f"written as v{merge.version} and NOT reverted (v{late.version} WRITE landed"
         ) in message
         assert (
             f"landed just before the RESTORE (v{restore.version}), which rolled it back too, so "

@@ -11,6 +11,7 @@ from dbt.tests.util import run_dbt
 
 from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import (
+    ForeignAt,
     ForeignWriter,
     OrdersTable,
     history,
@@ -27,7 +28,6 @@ ORDERS = """
     incremental_strategy='merge',
     unique_key='id',
     fenced=var('fenced', true),
-    pre_hook=[var('pre_sql')] if var('pre_sql', none) else [],
 ) }}
 select id, status, amount
 from values {{ var('batch', "(1, 'open', 10), (2, 'open', 20), (3, 'open', 30)") }}
@@ -108,12 +108,10 @@ class TestFencedMerge(MergeRaceBase):
             (3, "open", 30),
         ]  # both changes kept
 
-    def test_race_b_foreign_commit_after_vb_fails_the_run(self, project, spark, table):
+    def test_race_b_foreign_commit_after_vb_fails_the_run(self, project, spark, monkeypatch, table):
         vb = history(spark, table)[-1].version
-        results = run_dbt(
-            ["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table))],
-            expect_pass=False,
-        )
+        ForeignAt(monkeypatch, spark, "vb", self.cancel_order_1(table))
+        results = run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4)], expect_pass=False)
         after = history(spark, table)
         foreign = [e for e in after if e.version > vb]
         assert [e.operation for e in foreign] == ["UPDATE"]  # landed after vB, before the write
@@ -143,10 +141,11 @@ class TestFencedMerge(MergeRaceBase):
         assert "never written" in message
         assert rows(spark, f"select * from {table} order by id") == ONLY_THE_CANCEL
 
-    def test_fenced_false_gives_stock_behaviour(self, project, spark, table):
+    def test_fenced_false_gives_stock_behaviour(self, project, spark, monkeypatch, table):
         vb = history(spark, table)[-1].version
-        race = dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table), fenced=False)
-        run_dbt(["run", *race])
+        # No vB to race after: the foreign commit lands as the materialization starts.
+        ForeignAt(monkeypatch, spark, "compiled", self.cancel_order_1(table))
+        run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, fenced=False)])
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE"]
         assert ours(after) == []  # stock writes carry no fence tag
@@ -156,9 +155,10 @@ class TestFencedMerge(MergeRaceBase):
 class TestStockSparkLosesTheUpdate(StockSparkProfile, MergeRaceBase):
     """The control: the same race (b) against stock dbt-spark succeeds and loses the update."""
 
-    def test_race_b_stock_dbt_spark_silently_overwrites(self, project, spark, table):
+    def test_race_b_stock_dbt_spark_silently_overwrites(self, project, spark, monkeypatch, table):
         vb = history(spark, table)[-1].version
-        run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4, pre_sql=self.cancel_order_1(table))])
+        ForeignAt(monkeypatch, spark, "compiled", self.cancel_order_1(table))
+        run_dbt(["run", *dbt_vars(batch=SHIP_1_AND_ADD_4)])
         after = history(spark, table)
         assert [e.operation for e in after if e.version > vb] == ["UPDATE", "MERGE"]
         assert rows(spark, f"select status from {table} where id = 1") == [("shipped",)]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
+from tests.functional.lakehouse import ForeignAt, ForeignWriter, history, long_spark_job, ours, rows
 
 # A per-row predicate that is always true (reflect returns the text "null" for a void
 # method, never SQL NULL): nondeterministic, so Spark evaluates it inside
@@ -23,15 +23,13 @@ and reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) i
 {% endif %}
 """
 
-HOOK = "pre_hook=[var('pre_sql')] if var('pre_sql', none) else []"
-
 APPENDED = f"""
-{{{{ config(materialized='incremental', incremental_strategy='append_if_unchanged', {HOOK}) }}}}
+{{{{ config(materialized='incremental', incremental_strategy='append_if_unchanged') }}}}
 select id from range({{{{ var('lo', 0) }}}}, {{{{ var('hi', 3) }}}}) where true {SLOW}
 """
 
 WATERMARK = f"""
-{{{{ config(materialized='incremental', incremental_strategy='append', {HOOK}) }}}}
+{{{{ config(materialized='incremental', incremental_strategy='append') }}}}
 select id from range(0, {{{{ var('hi', 3) }}}}) where true {SLOW}
 {{% if is_incremental() %}}
 and id > (select coalesce(max(id), -1) from {{{{ this }}}})
@@ -40,7 +38,7 @@ and id > (select coalesce(max(id), -1) from {{{{ this }}}})
 
 DAILY = f"""
 {{{{ config(materialized='incremental', incremental_strategy='replace_where',
-          incremental_predicates=["day >= " ~ var('since', 0)], {HOOK}) }}}}
+          incremental_predicates=["day >= " ~ var('since', 0)]) }}}}
 select cast(id % 4 as int) as day, {{{{ var('round', 0) }}}} as round
 from range(0, 8)
 where id % 4 >= {{{{ var('since', 0) }}}} {SLOW}
@@ -54,7 +52,7 @@ from range(0, 9)
 
 BATCHED = f"""
 {{{{ config(materialized='incremental', incremental_strategy='microbatch',
-          event_time='event_ts', batch_size='day', begin='2026-01-01', {HOOK}) }}}}
+          event_time='event_ts', batch_size='day', begin='2026-01-01') }}}}
 select id, event_ts, {{{{ var('round', 0) }}}} as round from {{{{ ref('raw_events') }}}}
 where true {SLOW}
 """
@@ -165,11 +163,13 @@ class TestStrictRaces:
 
     @pytest.mark.parametrize("name", list(CASES))
     def test_b_foreign_commit_after_vb_fails_and_leaves_nothing(
-        self, project, spark, logs_dir, name
+        self, project, spark, monkeypatch, logs_dir, name
     ):
         case, table = self.start(project, name)
         vb = history(spark, table)[-1].version
-        results = self.run(case, expect_pass=False, pre_sql=case.foreign.format(t=table))
+        writer = ForeignAt(monkeypatch, spark, "vb", case.foreign.format(t=table))
+        results = self.run(case, expect_pass=False)
+        assert writer.fired >= 1
 
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None

@@ -11,12 +11,18 @@ from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.history import parse_history
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from tests.conftest import StockSparkProfile
-from tests.functional.lakehouse import ForeignWriter, history, long_spark_job, ours, rows
+from tests.functional.lakehouse import (
+    ForeignAt,
+    ForeignWriter,
+    history,
+    long_spark_job,
+    ours,
+    rows,
+)
 
 WATERMARK = """
 {{ config(materialized='incremental', incremental_strategy=var('strategy', 'append'),
-          fence_retries=var('retries', 0),
-          pre_hook=[var('pre_sql')] if var('pre_sql', none) else []) }}
+          fence_retries=var('retries', 0)) }}
 select id from range(0, {{ var('hi', 3) }}, 1, 1) where true
 {% if var('slow_ms', 0) | int > 0 %}
 and reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) is not null
@@ -24,17 +30,6 @@ and reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms') }} as bigint)) i
 {% if is_incremental() %}
 and id > (select coalesce(max(id), -1) from {{ this }})
 {% endif %}
-"""
-
-# The watermark read at compile time, as many dbt projects do: outside the write statement.
-COMPILE_TIME_WATERMARK = """
-{{ config(materialized='incremental', incremental_strategy=var('strategy', 'append'),
-          pre_hook=[var('pre_sql')] if var('pre_sql', none) else []) }}
-{% set high = -1 %}
-{% if execute and is_incremental() %}
-  {% set high = run_query("select coalesce(max(id), -1) from " ~ this).columns[0].values()[0] %}
-{% endif %}
-select id from range(0, {{ var('hi', 3) }}) where id > {{ high }}
 """
 
 INSERT_OVERWRITE = """
@@ -89,42 +84,6 @@ class TestStockWatermarkUnderTheSameRace(StockSparkProfile, WatermarkBase):
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
-class CompileTimeWatermarkBase:
-    @pytest.fixture(scope="class")
-    def models(self):
-        return {"events.sql": COMPILE_TIME_WATERMARK}
-
-    def race(self, project, spark, strategy, expect_pass):
-        """A double-fired job appends ids 3 and 4 after the run read its watermark (2)."""
-        run_dbt(["run", "--full-refresh"])
-        table = f"{project.test_schema}.events"
-        vb = history(spark, table)[-1].version
-        race = {"hi": 5, "strategy": strategy, "pre_sql": f"insert into {table} values (3), (4)"}
-        results = run_dbt(["run", "--vars", json.dumps(race)], expect_pass=expect_pass)
-        after = [e for e in history(spark, table) if e.version > vb]
-        assert after[0].operation == "WRITE" and after[0].tag is None  # the race fired
-        return table, after, results
-
-
-class TestStockCompileTimeWatermarkDuplicates(StockSparkProfile, CompileTimeWatermarkBase):
-    """The control where stock dbt-spark does lose: a green run with duplicated rows."""
-
-    def test_stock_duplicates_the_batch(self, project, spark):
-        table, after, _ = self.race(project, spark, "append", expect_pass=True)
-        assert [e.operation for e in after] == ["WRITE", "WRITE"]
-        duplicated = f"select id, count(*) from {table} group by id having count(*) > 1 order by id"
-        assert rows(spark, duplicated) == [(3, 2), (4, 2)]
-
-
-class TestFencedCompileTimeWatermark(CompileTimeWatermarkBase):
-    def test_fenced_refuses_and_a_rerun_is_exact(self, project, spark):
-        table, after, results = self.race(project, spark, "append_if_unchanged", expect_pass=False)
-        assert [e.operation for e in after] == ["WRITE"]
-        assert "never written" in results.results[0].message
-        run_dbt(["run", "--vars", json.dumps({"hi": 6, "strategy": "append_if_unchanged"})])
-        assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(6)]
-
-
 class TestFencedWatermark(WatermarkBase):
     def test_fenced_append_refuses_then_rerun_is_exact(self, project, spark):
         table, vb, message = self.raced_run(project, spark)
@@ -134,16 +93,17 @@ class TestFencedWatermark(WatermarkBase):
         run_dbt(["run", "--vars", json.dumps({"hi": 6})])
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(6)]
 
-    def test_fence_retries_recompute_from_the_new_version(self, project, spark):
+    def test_fence_retries_recompute_from_the_new_version(self, project, spark, monkeypatch):
         table = self.start(project)
         vb = history(spark, table)[-1].version
-        race = {"hi": 5, "retries": 3, "pre_sql": f"insert into {table} values (3)"}
-        results = run_dbt(["run", "--vars", json.dumps(race)])
+        writer = ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (3)")
+        results = run_dbt(["run", "--vars", json.dumps({"hi": 5, "retries": 3})])
+        assert writer.fired == 1
 
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["WRITE", "WRITE"]
         foreign, mine = after
-        assert foreign.tag is None  # the race fired once, in the pre-hook
+        assert foreign.tag is None  # the race fired once, right after the first vB
         assert mine.tag["attempt"] == 2 and mine.tag["read_version"] == foreign.version
         assert len(ours(after)) == 1
         assert results.results[0].adapter_response["read_version"] == foreign.version

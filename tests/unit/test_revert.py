@@ -130,7 +130,7 @@ def test_a_commit_that_slips_in_before_the_restore_is_given_back():
     report = error.report
     assert report.outcome == Outcome.NOT_REVERTED and report.rolled_back == []
     text = report.message()
-    assert "v3 WRITE by an unnamed writer landed just before the RESTORE (v4)" in text
+    assert "(v3 WRITE landed just before the RESTORE (v4)" in text
     assert "so v5 restored v3: the table is as it was before the RESTORE" in text
     assert "RESTORE TABLE a.t TO VERSION AS OF 1" in text
 
@@ -163,3 +163,56 @@ def test_a_restore_that_cannot_be_undone_says_what_it_took():
     assert "Other writers' commits now missing from the table: v3 WRITE" in text
     assert "RESTORE TABLE a.t TO VERSION AS OF 3" in text
     assert "fix the table by hand" in text
+
+
+def earlier_run(table: FakeTable, strategy: str = "merge") -> None:
+    """A run of the node (invocation inv-0) whose write lands on a foreign commit, then dies
+    before its verdict."""
+    s = FenceState(TABLE, "a.t", strategy, 0, 0, "inv-0", "model.p.t")
+    table.foreign("theirs")
+    with fence(table).tagged(s, "write"):
+        table.execute("merge into t")
+
+
+@pytest.mark.parametrize("strategy", ["merge", "append_if_unchanged"])
+def test_an_earlier_run_that_died_before_its_verdict_refuses_the_next(strategy):
+    table = FakeTable()
+    earlier_run(table, strategy)
+    table.foreign("later")
+    from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved
+
+    with pytest.raises(FenceUnresolved) as raised:
+        fence(table).check_earlier_runs(state(expected=3), frozenset())
+    text = raised.value.msg
+    assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv-0)" in text
+    check = "it had to be v1" if strategy != "merge" else "it had to read v0, and it read v1"
+    assert check in text
+    assert "landed before it:\n    - v1 WRITE by an unnamed writer" in text
+    assert "`RESTORE TABLE a.t TO VERSION AS OF 1`; that also undoes v3 WRITE" in text
+    assert "set `fence_accept_unverified: 2`" in text
+    # Accepted by the user, or undone by anyone's RESTORE: the next run goes on.
+    fence(table).check_earlier_runs(state(expected=3), frozenset({2}))
+    table.commit("RESTORE", table.rows[1], table.latest)
+    fence(table).check_earlier_runs(state(expected=4), frozenset())
+
+
+def test_an_earlier_run_that_reached_its_verdict_or_held_is_not_reported():
+    table = FakeTable()
+    earlier_run(table)
+    s = FenceState(TABLE, "a.t", "merge", 0, 0, "inv-0", "model.p.t")
+    with fence(table).tagged(s, "revert", strict=True):
+        table.execute("RESTORE TABLE a.t TO VERSION AS OF 1")
+    fence(table).check_earlier_runs(state(expected=3), frozenset())
+
+    table = FakeTable()
+    s = FenceState(TABLE, "a.t", "merge", 0, 0, "inv-0", "model.p.t")
+    with fence(table).tagged(s, "write"):
+        table.execute("merge into t")  # read v0 as it had to
+    table.foreign("later")
+    fence(table).check_earlier_runs(state(expected=2), frozenset())
+
+    # Another node's bad commit is that node's business.
+    table = FakeTable()
+    earlier_run(table)
+    other = FenceState(TABLE, "a.t", "merge", 2, 2, "inv-1", "model.p.other")
+    fence(table).check_earlier_runs(other, frozenset())

@@ -1,6 +1,7 @@
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dbt.adapters.base import available
@@ -10,6 +11,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
+from dbt_common.invocation import get_invocation_id
 
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
@@ -26,17 +28,29 @@ from dbt.adapters.fenced_spark.fence.history import (
     SqlHistory,
     parse_history,
 )
+from dbt.adapters.fenced_spark.fence.node import (
+    PIN,
+    STEP,
+    TAG,
+    NodeTransaction,
+    Phase,
+    names_a_path,
+)
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, conflict_name
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 
 logger = AdapterLogger("FencedSpark")
 
+# Strategies that never pin at compile time: unfenced by design, or fenced per batch.
+UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
+
 
 class FencedSparkConfig(SparkConfig):
     file_format: str = "delta"
     fenced: bool | None = None
     fence_retries: int | None = None
+    fence_accept_unverified: int | list[int] | None = None
 
 
 @dataclass
@@ -76,7 +90,7 @@ class FencedSparkAdapter(SparkAdapter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._steps = threading.local()
+        self._nodes = threading.local()
 
     @classmethod
     def type(cls) -> str:
@@ -100,12 +114,71 @@ class FencedSparkAdapter(SparkAdapter):
     def pre_model_hook(self, config: Mapping[str, Any]) -> Any:
         # dbt never applies AdapterSpecificConfigs defaults, so delta is made the default here,
         # once, for every materialization that reads file_format.
-        # A step a failed model left open (a compile error mid-schema-change) ends here.
-        self._steps.state = None
         node = getattr(config, "model", None)
         if node is not None and node.config.get("file_format") is None:
             node.config["file_format"] = "delta"
+        # The node's compile time ends here: its materialization starts.
+        txn = self._txn()
+        if txn is not None and txn.phase == Phase.COMPILE:
+            txn.phase = Phase.MATERIALIZE
         return super().pre_model_hook(config)
+
+    def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
+        # A node that failed mid-step leaves no phase behind for the next node on this thread.
+        txn = self._txn()
+        if txn is not None:
+            txn.phase = Phase.DONE
+        super().post_model_hook(config, context)
+
+    @contextmanager
+    def connection_named(
+        self, name: str, query_header_context: Any = None, should_release_connection: bool = True
+    ) -> Iterator[None]:
+        # dbt names the node it is about to compile and run on this thread: the node's
+        # transaction on its target starts here, so that compile-time reads are pinned too.
+        outer = self._txn()
+        txn = self._node_transaction(query_header_context)
+        if txn is not None:
+            self._nodes.txn = txn
+        try:
+            with super().connection_named(name, query_header_context, should_release_connection):
+                yield
+        finally:
+            if txn is not None:
+                self._nodes.txn = outer
+
+    def _txn(self) -> NodeTransaction | None:
+        return getattr(self._nodes, "txn", None)
+
+    def _node_transaction(self, node: Any) -> NodeTransaction | None:
+        """A transaction for a node that may run fenced; None for any other node. The
+        materialization has the last word (fence_begin); this only decides what compile
+        time pins."""
+        config = getattr(node, "config", None)
+        if getattr(node, "resource_type", None) != "model" or config is None:
+            return None
+        strategy = config.get("incremental_strategy") or "append"
+        # A --full-refresh run is not excluded here: its reads are pinned to the version it
+        # replaces, which is what they read anyway.
+        if (
+            config.get("materialized") != "incremental"
+            or config.get("fenced") is False
+            or strategy in UNFENCED_AT_COMPILE_TIME
+            or (config.get("file_format") or "delta") != "delta"
+        ):
+            return None
+        return self._new_transaction(self.Relation.create_from(self.config, node), node.unique_id)
+
+    @staticmethod
+    def _new_transaction(relation: FencedSparkRelation, node: str) -> NodeTransaction:
+        return NodeTransaction(
+            schema=str(relation.schema),
+            identifier=str(relation.identifier),
+            table=relation.fence_name,
+            display=relation.render(),
+            node=node,
+            invocation_id=str(get_invocation_id()),
+        )
 
     def quote(self, identifier: str) -> str:  # type: ignore[override]
         return quote_name(identifier)
@@ -130,41 +203,141 @@ class FencedSparkAdapter(SparkAdapter):
     def execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
-        # Inside a fenced step (the schema change) each statement is tagged and strict, the
-        # confs are set around that one statement only, and a Delta conflict becomes a fence
-        # violation.
-        step: FenceState | None = getattr(self._steps, "state", None)
-        if step is None:
+        # Inside a fenced node, a statement on its target is part of the node's transaction:
+        # a read is pinned to vB, a pre-hook's or schema change's write is a strict step of
+        # ours, a post-hook's write is tagged. Everything else runs as dbt-spark runs it.
+        txn = self._txn()
+        if txn is not None and names_a_path(sql):
+            self._locate(txn)
+        action = txn.action(sql) if txn is not None else None
+        if txn is None or action is None:
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
-        fence = self._fence()
-        try:
-            with fence.tagged(step, "schema_change", strict=True):
+        if action == PIN and self._captured(txn):
+            sql = txn.pin(sql)
+        elif action == STEP:
+            return self._own_step(txn, sql, fetch=fetch, limit=limit)
+        elif action == TAG:
+            assert txn.state is not None
+            with self._fence().tagged(txn.state, txn.step, strict=False):
                 return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+        return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+
+    def _locate(self, txn: NodeTransaction) -> None:
+        """The table's location, once per node, for SQL that reads a Delta path."""
+        if txn.location is None and not txn.unfenced:
+            try:
+                names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {txn.table}")
+            except DbtRuntimeError:
+                return  # not a Delta table (yet): nothing to pin
+            txn.location = str(dict(zip(names, rows[0], strict=True))["location"]) if rows else None
+
+    def _captured(self, txn: NodeTransaction) -> bool:
+        """vB, at the node's first read of its target; False when it is not a Delta table
+        (yet): the read runs as written and the materialization decides."""
+        if txn.state is not None:
+            return True
+        try:
+            version = self._fence().latest_version(txn.table)
+        except DbtRuntimeError:
+            txn.unfenced = True
+            return False
+        logger.debug(
+            f"fenced_spark: {txn.display} read at {txn.phase.value} time: vB is v{version}"
+        )
+        txn.start("unknown", version)
+        return True
+
+    def _own_step(
+        self, txn: NodeTransaction, sql: str, fetch: bool, limit: int | None
+    ) -> tuple[AdapterResponse, Any]:
+        """One statement of ours on the target before the write: pre-checked, tagged, strict,
+        and the next step expects the version it produced."""
+        assert txn.state is not None
+        fence = self._fence()
+        fence.precheck(txn.state)
+        try:
+            with fence.tagged(txn.state, txn.step, strict=True), self.connections.single_attempt():
+                result = super().execute(sql, fetch=fetch, limit=limit)
         except Exception as exc:
-            if conflict_name(exc) is None:
+            if (conflict := conflict_name(exc)) is None:
                 raise
-            self._steps.state = None
-            fence.precheck(step)
-            raise
+            fence.refuse(
+                txn.state, f"Delta's conflict detection during the {txn.step} ({conflict})"
+            )
+        txn.state = fence.after_step(txn.state, txn.step)
+        return result
 
     # Fence steps, called by the incremental materialization -------------------------------
 
+    def _node(self) -> NodeTransaction:
+        txn = self._txn()
+        assert txn is not None and txn.state is not None, "fence_begin runs first"
+        return txn
+
     @available
-    def fence_capture(self, relation: FencedSparkRelation) -> int:
-        return self._fence().latest_version(relation.fence_name)
+    def fence_begin(
+        self,
+        relation: FencedSparkRelation,
+        strategy: str,
+        node: str,
+        accepted: list[int] | None = None,
+    ) -> int:
+        """vB: captured now, or at the node's first read of its target if that came earlier.
+        An earlier run of the node that never reached its verdict is found here."""
+        txn = self._txn()
+        if txn is None or txn.phase != Phase.MATERIALIZE or txn.table != relation.fence_name:
+            # No compile time of its own (a microbatch batch, --no-introspect): starts here.
+            txn = self._nodes.txn = self._new_transaction(relation, node)
+        fence = self._fence()
+        txn.unfenced = False  # the materialization found a Delta table: fenced from here on
+        if txn.state is None:
+            txn.start(strategy, fence.latest_version(relation.fence_name))
+        state = txn.fenced_as(strategy)
+        fence.check_earlier_runs(state, frozenset(accepted or ()))
+        txn.phase = Phase.PRE_HOOK
+        return state.read_version
+
+    @available
+    def fence_read_at_compile_time(self) -> bool:
+        txn = self._txn()
+        return txn is not None and bool(txn.compile_reads)
+
+    @available
+    def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
+        txn = self._txn()
+        if txn is not None and names_a_path(sql):
+            self._locate(txn)
+        location = txn.location if txn is not None else None
+        return self.fence_read_at_compile_time() or reads_self(
+            sql, str(relation.schema), str(relation.identifier), location
+        )
 
     @available
     def fence_stage(
+        self, relation: FencedSparkRelation, staging: FencedSparkRelation, compiled_code: str
+    ) -> str:
+        """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view."""
+        txn = self._node()
+        txn.phase = Phase.MODEL
+        self._stage(relation, staging, compiled_code, txn.state)  # type: ignore[arg-type]
+        return ""
+
+    def _stage(
         self,
         relation: FencedSparkRelation,
         staging: FencedSparkRelation,
         compiled_code: str,
-        fence: dict[str, Any],
-    ) -> str:
-        """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view."""
-        state = FenceState.from_dict(fence)
+        state: FenceState,
+    ) -> None:
+        txn = self._txn()
+        if txn is not None and names_a_path(compiled_code):
+            self._locate(txn)
         pinned = pin_self_reads(
-            compiled_code, str(relation.schema), str(relation.identifier), state.read_version
+            compiled_code,
+            str(relation.schema),
+            str(relation.identifier),
+            state.read_version,
+            txn.location if txn is not None else None,
         )
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
@@ -175,43 +348,41 @@ class FencedSparkAdapter(SparkAdapter):
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
             self._fence().precheck(state)
             raise
+
+    @available
+    def fence_phase(self, phase: str) -> str:
+        """The materialization says where it is: `schema_change` around dbt's ALTERs,
+        `post_hook` around the post-hooks, `model` after either."""
+        self._node().phase = Phase(phase)
         return ""
-
-    @available
-    def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
-        return reads_self(sql, str(relation.schema), str(relation.identifier))
-
-    @available
-    def fence_schema_change_begin(self, fence: dict[str, Any]) -> str:
-        state = FenceState.from_dict(fence)
-        self._fence().precheck(state)
-        self._steps.state = state
-        return ""
-
-    @available
-    def fence_schema_change_end(self) -> dict[str, Any]:
-        state: FenceState = self._steps.state
-        self._steps.state = None
-        return self._fence().after_schema_change(state).to_dict()
 
     @available
     def fence_write(
         self,
         sql: str,
-        fence: dict[str, Any],
         relation: FencedSparkRelation,
         staging: FencedSparkRelation,
         compiled_code: str,
         retries: int = 0,
     ) -> FencedAdapterResponse:
-        state = FenceState.from_dict(fence)
+        txn = self._node()
+        state: FenceState = txn.state  # type: ignore[assignment]
 
         def restage(new: FenceState) -> None:
             # A retry recomputes from the new vB: same staging view, pinned anew.
-            self.fence_stage(relation, staging, compiled_code, new.to_dict())
+            self._stage(relation, staging, compiled_code, new)
 
+        no_retry = None
+        if txn.compile_reads:
+            no_retry = (
+                f"this model read {state.display} at compile time (run_query, statement), and "
+                f"a retry would reuse what it read at v{state.read_version}; a re-run compiles "
+                "the model again"
+            )
         try:
-            result = self._fence().run(state, sql, retries=int(retries), restage=restage)
+            result = self._fence().run(
+                state, sql, retries=int(retries), restage=restage, no_retry=no_retry
+            )
         except (FenceViolation, FenceUnverified):
             raise
         except DbtRuntimeError as exc:
@@ -222,8 +393,11 @@ class FencedSparkAdapter(SparkAdapter):
                 f"was written. Delta said:\n{first_lines(engine_message(exc))}"
             ) from exc
         finally:
+            txn.phase = Phase.DONE
             # Temp views live as long as the connection; this one must not outlive the run.
             FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+        # Post-hooks tag their commits with the attempt that committed.
+        txn.state = replace(state, read_version=result.read_version, attempt=result.attempt)
         if result.outcome == Outcome.COMMITTED:
             logger.info(
                 f"fenced {state.strategy} into {state.display}: "

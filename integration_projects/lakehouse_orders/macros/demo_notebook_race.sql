@@ -1,8 +1,9 @@
 {#-- Demo only. scorecard.py races the models through these two hooks; in a normal run both
      render nothing. --#}
 
-{#-- A pre-hook: runs after the fenced run captured vB and before it writes. The harness lands
-     the foreign commit when it sees this statement. --#}
+{#-- A pre-hook that reads and writes no table: it runs after the fenced run captured vB and
+     before it writes. The harness lands the foreign commit from another session when it sees
+     this statement; the hook itself commits nothing. --#}
 {% macro demo_notebook_race() %}
   {%- if var('race_window', false) -%} select 'race window' {%- endif -%}
 {% endmacro %}

@@ -8,6 +8,7 @@ holds everything DESCRIBE HISTORY would show for it: no Spark job, no listing.
 """
 
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -135,6 +136,19 @@ class LogTail:
             checkpoint = log.checkpoint_version()
             start = checkpoint if checkpoint is not None else -1
         return _gallop(log, start)
+
+    def recent(self, table: str, limit: int) -> Iterator[Commit]:
+        """Newest first, one commit file at a time: a caller that stops early reads little."""
+        log = self._log(table)
+        if log is None:
+            yield from self.fallback.recent(table, limit)
+            return
+        latest = self.latest_version(table)
+        for version in range(latest, max(latest - limit, -1), -1):
+            info = log.commit_info(version)
+            if info is None:
+                return  # cleaned up after a checkpoint: the log's reach ends here
+            yield commit_from_info(version, info)
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         log = self._log(table)

@@ -81,8 +81,10 @@ class FenceReport:
     ours: list[Commit] = field(default_factory=list)
     reverted: list[Commit] = field(default_factory=list)
     rolled_back: list[Commit] = field(default_factory=list)
-    # Why `fence_retries` did not apply, when the model set it.
-    not_retried: str | None = None
+    # Why a retry could not recompute this run (`fence_retries` is then not suggested), and
+    # the model's `fence_retries`.
+    no_retry: str | None = None
+    retries: int = 0
 
     @property
     def steps(self) -> list[Commit]:
@@ -172,8 +174,8 @@ class FenceReport:
             lines.append(f"  attempts: {total} (fence_retries: {total - 1}), all refused:")
             for number, attempt in enumerate([*self.earlier_attempts, self], start=1):
                 lines.append(f"    {number}. {attempt.summary()}")
-        if self.not_retried:
-            lines.append(f"  not retried: {self.not_retried}")
+        if self.no_retry and self.retries:
+            lines.append(f"  not retried (fence_retries: {self.retries}): {self.no_retry}.")
         if not self.nothing_of_ours_remains:
             lines.append("  what to do: fix the table by hand as above, then re-run the model.")
         elif self.gone == Gone.DROPPED:
@@ -183,7 +185,7 @@ class FenceReport:
                 "  what to do: run the model once with --full-refresh to rebuild the table as "
                 "Delta; a plain re-run refuses a table that is not Delta."
             )
-        elif self.steps or self.not_retried:
+        elif self.steps or self.no_retry:
             lines.append("  what to do: re-run the model; it recomputes from the new version.")
         else:
             lines.append(
@@ -245,3 +247,57 @@ class FenceUnverified(DbtRuntimeError):
     @property
     def type(self) -> str:
         return "Fence verification"
+
+
+class FenceUnresolved(DbtRuntimeError):
+    """An earlier run of this node committed, and its commit fails the fence's check with
+    nothing after it that undid it: it died before its verdict, or left its write standing.
+    Building on it would make that lost update silent."""
+
+    CODE = 10102
+    MESSAGE = "Fence: an earlier run is unresolved"
+
+    def __init__(
+        self,
+        strategy: str,
+        table: str,
+        commit: Commit,
+        before: list[Commit],
+        after: list[Commit],
+    ) -> None:
+        tag = commit.tag
+        assert tag is not None and tag.expected_version is not None
+        if tag.strict:
+            check = f"it had to be v{tag.expected_version + 1}"
+        else:
+            check = f"it had to read v{tag.expected_version}, and it read v{commit.read_version}"
+        also = (
+            f"; that also undoes {_listed_foreign(after)} by other writers, so first make sure "
+            "none of it needs keeping"
+            if after
+            else ""
+        )
+        landed = [f"    - {c.describe()}" for c in before] or ["    - (not in the history)"]
+        super().__init__(
+            "\n".join(
+                [
+                    f"Fenced {strategy} into {table} refused: an earlier run of this model left "
+                    f"a commit that fails the fence's check, and nothing since has undone it.",
+                    f"  its commit: {commit.describe()}, step {tag.step}; {check}.",
+                    "  landed before it:",
+                    *landed,
+                    "  what happened: that run stopped between its commit and its verdict (a "
+                    "crash or a kill), or was refused with its write NOT reverted. Its write "
+                    "was computed from a version the commits above had already changed, so "
+                    "their change may be lost.",
+                    f"  what to do: inspect `DESCRIBE HISTORY {table}`. To undo that commit, run "
+                    f"`RESTORE TABLE {table} TO VERSION AS OF {commit.version - 1}`{also}. If "
+                    f"the table is right as it is, set `fence_accept_unverified: "
+                    f"{commit.version}` on the model. Then re-run the model.",
+                ]
+            )
+        )
+
+    @property
+    def type(self) -> str:
+        return "Fence violation"

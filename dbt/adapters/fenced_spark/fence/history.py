@@ -1,7 +1,7 @@
 """Delta history rows, and the userMetadata tag that marks a fenced commit as ours."""
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
@@ -16,6 +16,22 @@ class FenceTag:
     read_version: int
     attempt: int = 1
     step: str = "write"
+    # The version this commit had to build on (vB, or our previous step's commit); None in
+    # tags written before it was recorded.
+    expected_version: int | None = None
+
+    @property
+    def strict(self) -> bool:
+        return self.step != "write" or self.strategy != "merge"
+
+    def holds(self, commit: "Commit") -> bool | None:
+        """Whether `commit`, which carries this tag, passes the fence's check; None when the
+        tag does not say what it expected."""
+        if self.expected_version is None:
+            return None
+        if self.strict:
+            return commit.version == self.expected_version + 1
+        return commit.read_version == self.expected_version
 
     def to_json(self) -> str:
         # Spark substitutes `${...}` in SQL text, quoted or not, so the SET that carries the tag
@@ -29,6 +45,7 @@ class FenceTag:
                 "read_version": self.read_version,
                 "attempt": self.attempt,
                 "step": self.step,
+                "expected_version": self.expected_version,
             },
             ensure_ascii=True,
             separators=(",", ":"),
@@ -61,6 +78,7 @@ class FenceTag:
                 read_version=int(data["read_version"]),
                 attempt=int(data.get("attempt", 1)),
                 step=str(data.get("step", "write")),
+                expected_version=_as_int(data.get("expected_version")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -148,6 +166,8 @@ class HistoryReader(Protocol):
 
     def commits_since(self, table: str, version: int) -> list[Commit]: ...
 
+    def recent(self, table: str, limit: int) -> Iterator[Commit]: ...
+
 
 class HistorySource(Protocol):
     def history(self, table: str, limit: int) -> list[Commit]: ...
@@ -164,6 +184,10 @@ class SqlHistory:
     def latest_version(self, table: str, known: int | None = None) -> int:
         # `known` only spares the log reader its search; one row of history is the answer here.
         return self.source.history(table, 1)[-1].version
+
+    def recent(self, table: str, limit: int) -> Iterator[Commit]:
+        """The newest `limit` commits, newest first: one history read."""
+        return reversed(self.source.history(table, limit))
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""

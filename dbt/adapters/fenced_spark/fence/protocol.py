@@ -15,6 +15,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceReport,
+    FenceUnresolved,
     FenceUnverified,
     FenceViolation,
     Gone,
@@ -33,6 +34,19 @@ MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
 BACKOFF_MAX_TURNS = 16
+
+# How far back (in commits) a run looks for an earlier run of its node that never reached
+# its verdict, and the operations after which what came before is no longer in the table.
+LOOKBACK = 32
+_RESETS = {
+    "RESTORE",
+    "CREATE TABLE",
+    "CREATE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "REPLACE TABLE",
+    "REPLACE TABLE AS SELECT",
+}
 
 # The steps whose commits are this node's own changes to the table (revert and post_hook
 # commits are not: the first undo ours, the second come after the verdict).
@@ -92,7 +106,13 @@ class FenceState:
 
     def tag(self, step: str) -> FenceTag:
         return FenceTag(
-            self.invocation_id, self.node, self.strategy, self.read_version, self.attempt, step
+            self.invocation_id,
+            self.node,
+            self.strategy,
+            self.read_version,
+            self.attempt,
+            step,
+            self.expected_version,
         )
 
     @classmethod
@@ -117,6 +137,7 @@ class FenceResult:
     read_version: int
     commit_version: int | None
     outcome: Outcome
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -132,7 +153,7 @@ class Revert:
 
 
 def _versions(commits: list[Commit]) -> str:
-    return ", ".join(c.describe() for c in commits) or "a commit"
+    return ", ".join(f"v{c.version} {c.operation}" for c in commits) or "a commit"
 
 
 def _landed(commits: list[Commit]) -> str:
@@ -168,9 +189,11 @@ class Fence:
         sql: str,
         retries: int = 0,
         restage: Callable[[FenceState], None] = lambda state: None,
+        no_retry: str | None = None,
     ) -> FenceResult:
         """The write with `fence_retries`: recapture vB, recompute, try again, only while
-        nothing of ours remains committed."""
+        nothing of ours remains committed and a retry can recompute everything the run
+        decided at vB (`no_retry` says why it cannot)."""
         refused: list[FenceReport] = []
         attempt_seconds = 0.0
         for retry in range(retries + 1):
@@ -194,11 +217,11 @@ class Fence:
             except FenceViolation as violation:
                 attempt_seconds = self.clock() - started
                 report = violation.report
+                report.no_retry = no_retry or self._steps_ran(state)
+                report.retries = retries
                 done = retry == retries or report.gone is not None  # no version to retry from
-                if done or not self._retryable(state, report):
-                    if not refused:
-                        raise
-                    # The message is built with the report: rebuild it to list every attempt.
+                if done or report.no_retry or not report.nothing_of_ours_remains:
+                    # The message is built with the report: rebuild it with what was added.
                     report.earlier_attempts = refused
                     raise FenceViolation(report) from violation
                 refused = [*refused, report]
@@ -229,10 +252,37 @@ class Fence:
                 self.sleep(max(0.0, min(poll, left() * slot, deadline - self.clock())))
 
     @staticmethod
-    def _retryable(state: FenceState, report: FenceReport) -> bool:
-        # A retry redoes only the write: not with earlier steps of ours (reverted or not).
-        steps_ran = state.expected_version != state.read_version
-        return report.nothing_of_ours_remains and not steps_ran
+    def _steps_ran(state: FenceState) -> str | None:
+        if state.expected_version == state.read_version:
+            return None
+        return (
+            "this run's own steps (a pre-hook or a schema change) committed before the write, "
+            "and a retry would redo only the write"
+        )
+
+    def check_earlier_runs(self, state: FenceState, accepted: frozenset[int]) -> None:
+        """An earlier run of this node that died between its commit and its verdict left a
+        commit whose check fails: refuse to build on it. Newest first, stopping at the node's
+        newest commit, a RESTORE or a replace, or LOOKBACK commits back."""
+        after: list[Commit] = []
+        for commit in self.log.recent(state.table, LOOKBACK):
+            tag = commit.tag
+            if commit.operation in _RESETS:
+                return
+            if tag is None or tag.node != state.node or tag.invocation_id == state.invocation_id:
+                after.append(commit)
+                continue
+            if tag.step not in OWN_STEPS or tag.holds(commit) is not False:
+                return  # that run reached its verdict (revert, post-hook) or its commit holds
+            if commit.version in accepted:
+                return
+            assert tag.expected_version is not None
+            before = [
+                c
+                for c in self.commits_since(state.table, tag.expected_version)
+                if c.version < commit.version
+            ]
+            raise FenceUnresolved(state.strategy, state.display, commit, before, after[::-1])
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         return self.log.latest_version(table, known)
@@ -292,18 +342,19 @@ class Fence:
         if latest != state.expected_version:
             self.refuse(state, f"pre-check: expected v{state.expected_version}, found v{latest}")
 
-    def after_schema_change(self, state: FenceState) -> FenceState:
-        """Our ALTERs ran strict; they must be the only commits since vB, in a row."""
-        commits = self.commits_since(state.table, state.read_version)
-        expected = state.read_version
+    def after_step(self, state: FenceState, step: str) -> FenceState:
+        """Our step ran strict: its commits must follow the expected version, in a row; the
+        next step expects the last of them."""
+        commits = self.commits_since(state.table, state.expected_version)
+        expected = state.expected_version
         for commit in commits:
-            if not self.ours(state, [commit]) or commit.read_version != expected:
+            if not self.ours(state, [commit], step) or commit.read_version != expected:
                 break
             expected = commit.version
         else:
             return replace(state, expected_version=expected)
-        ours = self.ours(state, commits)
-        self.refuse(state, self._expected(state, ours[-1] if ours else None, "schema change"))
+        ours = self.ours(state, commits, step)
+        self.refuse(state, self._expected(state, ours[-1] if ours else None, step, strict=True))
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
         conflict: BaseException | None = None
@@ -345,14 +396,14 @@ class Fence:
                     f"the table's history now ends at v{latest}, before "
                     f"v{state.expected_version}: replaced after the write"
                 )
-            return FenceResult(state.read_version, None, Outcome.NO_CHANGE)
+            return FenceResult(state.read_version, None, Outcome.NO_CHANGE, state.attempt)
         our = ours[-1]
         if state.strict:
             ok = our.version == state.expected_version + 1
         else:
             ok = our.read_version == state.expected_version
         if ok:
-            return FenceResult(state.read_version, our.version, Outcome.COMMITTED)
+            return FenceResult(state.read_version, our.version, Outcome.COMMITTED, state.attempt)
         self.refuse(state, self._expected(state, our, "post-write verification"), our)
 
     @staticmethod
@@ -373,8 +424,10 @@ class Fence:
         )
 
     @staticmethod
-    def _expected(state: FenceState, our: Commit | None, check: str) -> str:
-        if state.strict:
+    def _expected(
+        state: FenceState, our: Commit | None, check: str, strict: bool | None = None
+    ) -> str:
+        if state.strict if strict is None else strict:
             expectation = f"our commit to be v{state.expected_version + 1}"
         else:
             expectation = f"our commit to read v{state.expected_version}"

@@ -244,3 +244,69 @@ def _identifier_clause_at(tokens: Sequence[Token], i: int) -> tuple[list[str], i
         return None
     names = _identifier_string_parts(string.text)
     return None if names is None else (names, i + 3)
+
+
+# What a statement does to the target, for the node's transaction (fence/node.py).
+READ, WRITE = "read", "write"
+
+_QUERY_STARTS = {
+    TokenType.SELECT,
+    TokenType.WITH,
+    TokenType.FROM,
+    TokenType.VALUES,
+    TokenType.TABLE,
+    TokenType.L_PAREN,
+}
+# Statements that change a table, named right after these words (and the fillers below).
+_WRITE_VERBS = {
+    "ALTER",
+    "COMMENT",
+    "CREATE",
+    "DELETE",
+    "DROP",
+    "INSERT",
+    "MERGE",
+    "OPTIMIZE",
+    "REORG",
+    "REPLACE",
+    "RESTORE",
+    "TRUNCATE",
+    "UPDATE",
+    "VACUUM",
+}
+_FILLERS = {"EXISTS", "FROM", "IF", "INTO", "NOT", "ON", "OR", "OVERWRITE", "REPLACE", "TABLE"}
+
+
+def statement_kind(
+    sql: str, schema: str, identifier: str, location: str | None = None
+) -> str | None:
+    """WRITE when `sql` changes the target; READ when it is a query, or a write of another
+    table, that reads the target; None otherwise (DESCRIBE, SHOW, SET, other tables)."""
+    try:
+        tokens = _tokens(sql)
+    except SqlglotError:
+        return None
+    if not tokens:
+        return None
+    verb = tokens[0].text.upper()
+    target = Target(schema, identifier, location)
+    if verb in _WRITE_VERBS:
+        written = _written_name(tokens)
+        if written is not None and target.matches_parts(written):
+            return WRITE
+    elif tokens[0].token_type not in _QUERY_STARTS:
+        return None
+    return READ if reads_self(sql, schema, identifier, location) else None
+
+
+def _written_name(tokens: Sequence[Token]) -> list[str] | None:
+    if tokens[0].token_type == TokenType.COMMAND and len(tokens) > 1:
+        # sqlglot keeps the rest of a statement it does not parse (OPTIMIZE t) as one string.
+        tokens = [tokens[0], *_tokens(tokens[1].text)]
+    i = 1
+    while i < len(tokens) and tokens[i].text.upper() in _FILLERS:
+        i += 1
+    if i >= len(tokens):
+        return None
+    found = _identifier_clause_at(tokens, i) or _dotted_name_at(tokens, i)
+    return found[0] if found else None

@@ -18,55 +18,56 @@
 {% endmacro %}
 
 
-{% macro fence_schema_changes(fence, on_schema_change, staging, existing_relation) %}
-  {#-- ALTERs commit to the target before the write: strict, tagged, and the write then
-       expects the version they produced. 'fail' and 'ignore' commit nothing. --#}
+{% macro fence_schema_changes(on_schema_change, staging, existing_relation) %}
+  {#-- ALTERs commit to the target before the write: each is a strict, tagged step of ours,
+       and the write then expects the version they produced. 'fail' and 'ignore' commit
+       nothing. --#}
   {%- if on_schema_change in ['ignore', 'fail'] -%}
     {%- do process_schema_changes(on_schema_change, staging, existing_relation) -%}
-    {{ return(fence) }}
+    {{ return(none) }}
   {%- endif -%}
   {%- set changes = check_for_schema_changes(staging, existing_relation) -%}
-  {%- if not changes['schema_changed'] -%}
-    {{ return(fence) }}
+  {%- if changes['schema_changed'] -%}
+    {%- do adapter.fence_phase('schema_change') -%}
+    {%- do sync_column_schemas(on_schema_change, existing_relation, changes) -%}
+    {%- do adapter.fence_phase('model') -%}
   {%- endif -%}
-  {%- do adapter.fence_schema_change_begin(fence) -%}
-  {%- do sync_column_schemas(on_schema_change, existing_relation, changes) -%}
-  {{ return(adapter.fence_schema_change_end()) }}
 {% endmacro %}
 
 
 {% macro fenced_incremental(existing_relation, settings) %}
   {%- if settings.reads_self -%}
-    {{ log("fenced_spark: " ~ this ~ " appends and reads {{ this }}: running as append_if_unchanged (fenced)", info=true) }}
+    {%- set how = 'read {{ this }} at compile time' if adapter.fence_read_at_compile_time() else 'reads {{ this }}' -%}
+    {{ log("fenced_spark: " ~ this ~ " appends and " ~ how ~ ": running as append_if_unchanged (fenced)", info=true) }}
   {%- endif -%}
-  {#-- 1. capture vB, before pre-hooks and before any model SQL is evaluated --#}
-  {%- set read_version = adapter.fence_capture(this) -%}
-  {%- set fence = {
-      'table': this.fence_name, 'display': this.render(), 'strategy': settings.strategy,
-      'read_version': read_version, 'expected_version': read_version,
-      'invocation_id': invocation_id, 'node': model.unique_id, 'attempt': 1,
-  } -%}
+  {#-- 1. vB: captured now, unless the node read its target earlier (at compile time); an
+       earlier run of this node that never reached its verdict refuses the run here. From
+       here to the write, pre-hooks' reads of the target are pinned and their writes to it
+       are strict steps of ours. --#}
+  {%- do adapter.fence_begin(this, settings.strategy, model.unique_id, settings.fence_accept_unverified) -%}
   {{ run_hooks(pre_hooks) }}
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- do adapter.fence_stage(this, staging, compiled_code, fence) -%}
+  {%- do adapter.fence_stage(this, staging, compiled_code) -%}
   {%- if settings.strategy == 'merge' -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
 
   {#-- 3. schema changes commit first, fenced --#}
-  {%- set fence = fence_schema_changes(fence, settings.on_schema_change, staging, existing_relation) -%}
+  {%- do fence_schema_changes(settings.on_schema_change, staging, existing_relation) -%}
 
   {#-- 4-7. pre-check, tagged write, verify, revert on violation --#}
   {%- set write_sql = fence_write_sql(settings.strategy, staging, this, settings) -%}
   {%- set response = adapter.fence_write(
-      write_sql, fence, this, staging, compiled_code, settings.fence_retries) -%}
+      write_sql, this, staging, compiled_code, settings.fence_retries) -%}
   {%- do store_result('main', response=response) -%}
 
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=False) -%}
   {%- do apply_grants(this, config.get('grants'), should_revoke) -%}
   {%- do persist_docs(this, model) -%}
+  {#-- post-hooks run after the verdict; their writes to the target are tagged, not strict --#}
+  {%- do adapter.fence_phase('post_hook') -%}
   {{ run_hooks(post_hooks) }}
   {{ return({'relations': [this]}) }}
 {% endmacro %}

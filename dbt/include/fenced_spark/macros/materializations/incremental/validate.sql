@@ -24,6 +24,8 @@
   {%- set retries = config.get('fence_retries', 0) -%}
   {%- set unique_key = config.get('unique_key') -%}
   {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
+  {%- set accepted = config.get('fence_accept_unverified') -%}
+  {%- set accepted_list = [] if accepted is none else ([accepted] if accepted is not sequence or accepted is string else accepted) -%}
 
   {% set invalid_strategy_msg -%}
     Model {{ model_name }}: invalid `incremental_strategy` {{ raw_strategy | tojson }}.
@@ -41,6 +43,9 @@
   {%- endset %}
   {% set invalid_retries_msg -%}
     Model {{ model_name }}: `fence_retries` must be a whole number of retries, 0 or more; got {{ retries | tojson }}.
+  {%- endset %}
+  {% set invalid_accepted_msg -%}
+    Model {{ model_name }}: `fence_accept_unverified` must be a table version (a whole number) or a list of them, got {{ accepted | tojson }}.
   {%- endset %}
   {% set non_delta_msg -%}
     Model {{ model_name }}: strategy '{{ strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
@@ -68,6 +73,9 @@
   {%- endif -%}
   {%- if retries is not integer or retries < 0 -%}
     {% do exceptions.raise_compiler_error(invalid_retries_msg) %}
+  {%- endif -%}
+  {%- if accepted_list | reject('integer') | list or accepted_list | select('lt', 0) | list -%}
+    {% do exceptions.raise_compiler_error(invalid_accepted_msg) %}
   {%- endif -%}
   {%- if not fenced_config and strategy in ['append_if_unchanged', 'replace_where'] -%}
     {% do exceptions.raise_compiler_error(only_fenced_msg) %}
@@ -104,6 +112,7 @@
       'fenced': fenced,
       'reads_self': reads_self,
       'fence_retries': retries,
+      'fence_accept_unverified': accepted_list,
       'unique_key': unique_key,
       'incremental_predicates': predicate_list,
       'on_schema_change': incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore'),

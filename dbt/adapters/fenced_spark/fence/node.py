@@ -1,0 +1,95 @@
+"""A fenced node is one read-modify-write transaction on its target: from its first read of
+the target (a compile-time `run_query`, a pre-hook, or the model SQL) to its last write.
+
+The adapter keeps one `NodeTransaction` per thread while dbt runs a node. Its phase decides
+what a statement on the target is: a read is pinned to vB, a write in a pre-hook or a schema
+change is a strict step of ours, a post-hook write is tagged for the audit trail.
+"""
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from dbt.adapters.fenced_spark.fence.protocol import FenceState
+from dbt.adapters.fenced_spark.fence.rewriter import READ, WRITE, pin_self_reads, statement_kind
+
+
+class Phase(Enum):
+    COMPILE = "compile"  # dbt renders the node: reads of the target are pinned
+    MATERIALIZE = "materialize"  # the materialization decides how to run: nothing is touched
+    PRE_HOOK = "pre_hook"  # reads pinned; writes to the target are strict steps of ours
+    MODEL = "model"  # staging and the write run through the fence's own methods
+    SCHEMA_CHANGE = "schema_change"  # writes to the target (ALTERs) are strict steps of ours
+    POST_HOOK = "post_hook"  # after the verdict: writes to the target are tagged, not strict
+    DONE = "done"
+
+
+# What to do with one statement.
+PIN, STEP, TAG = "pin", "step", "tag"
+
+
+@dataclass
+class NodeTransaction:
+    schema: str
+    identifier: str
+    table: str  # always quoted, for the fence's own statements
+    display: str
+    node: str
+    invocation_id: str
+    phase: Phase = Phase.COMPILE
+    state: FenceState | None = None  # set at the first read of the target: vB is captured
+    compile_reads: list[str] = field(default_factory=list)
+    # The target could not be read as a Delta table at its first read (missing, not Delta):
+    # nothing to pin; the materialization decides what to do with it.
+    unfenced: bool = False
+    # The table's location, for ``delta.`<location>` `` reads; looked up only for SQL that
+    # has one (`names_a_path`), since it costs a statement.
+    location: str | None = None
+
+    def action(self, sql: str) -> str | None:
+        if self.unfenced or self.phase not in _ACTING:
+            return None
+        kind = statement_kind(sql, self.schema, self.identifier, self.location)
+        if kind == READ and self.phase in (Phase.COMPILE, Phase.PRE_HOOK):
+            return PIN
+        if kind == WRITE and self.phase in (Phase.PRE_HOOK, Phase.SCHEMA_CHANGE):
+            return STEP
+        if kind == WRITE and self.phase == Phase.POST_HOOK:
+            return TAG
+        return None
+
+    def pin(self, sql: str) -> str:
+        assert self.state is not None
+        if self.phase == Phase.COMPILE:
+            self.compile_reads.append(sql)
+        return pin_self_reads(
+            sql, self.schema, self.identifier, self.state.read_version, self.location
+        )
+
+    def start(self, strategy: str, read_version: int) -> FenceState:
+        self.state = FenceState(
+            table=self.table,
+            display=self.display,
+            strategy=strategy,
+            read_version=read_version,
+            expected_version=read_version,
+            invocation_id=self.invocation_id,
+            node=self.node,
+        )
+        return self.state
+
+    def fenced_as(self, strategy: str) -> FenceState:
+        """The materialization now knows the strategy; vB may already be set."""
+        assert self.state is not None
+        self.state = replace(self.state, strategy=strategy)
+        return self.state
+
+    @property
+    def step(self) -> str:
+        return self.phase.value
+
+
+_ACTING = (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE, Phase.POST_HOOK)
+
+
+def names_a_path(sql: str) -> bool:
+    return "delta.`" in sql.lower()

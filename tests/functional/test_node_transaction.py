@@ -1,0 +1,200 @@
+"""The node is the transaction: one vB from the node's first read of its target (at compile
+time if that is when it happens) to its last write, and a pre-hook that writes the target is
+a step of the node, not a foreign writer. Every race here is another session (or Thrift
+client) committing at a moment of the run, proven from DESCRIBE HISTORY."""
+
+import json
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+
+from tests.conftest import StockSparkProfile
+from tests.functional.lakehouse import ForeignAt, history, ours, rows
+
+# The watermark read at compile time, as many dbt projects do, to get a literal predicate.
+COMPILE_TIME_WATERMARK = """
+{{ config(materialized='incremental', incremental_strategy=var('strategy', 'append'),
+          unique_key='id', fence_retries=var('retries', 0)) }}
+{% set high = -1 %}
+{% if execute and is_incremental() %}
+  {% set high = run_query("select coalesce(max(id), -1) from " ~ this).columns[0].values()[0] %}
+{% endif %}
+select id from range(0, {{ var('hi', 3) }}) where id > {{ high }}
+"""
+
+# An idempotent reload: the pre-hook deletes the rows the model then inserts again.
+RELOAD = """
+{{ config(materialized='incremental', incremental_strategy=var('strategy', 'append_if_unchanged'),
+          unique_key='id',
+          pre_hook="{% if is_incremental() %}delete from {{ this }} where id >= 5{% endif %}",
+          post_hook="alter table {{ this }} set tblproperties ('reloaded' = 'yes')") }}
+select id, {{ var('round', 0) }} as round from range(0, 10)
+{% if is_incremental() %} where id >= 5 {% endif %}
+"""
+
+DOUBLE_FIRED = "insert into {t} values (3), (4)"
+COUNTS = "select id, count(*) from {t} group by id order by id"
+
+
+def run(expect_pass: bool = True, **dbt_vars):
+    return run_dbt(["run", "--vars", json.dumps(dbt_vars)], expect_pass=expect_pass)
+
+
+class CompileTimeRace:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"events.sql": COMPILE_TIME_WATERMARK}
+
+    def race(self, project, spark, monkeypatch, expect_pass, **dbt_vars):
+        """A double-fired job appends ids 3 and 4 after the node read its watermark (2) at
+        compile time, before its materialization starts."""
+        run_dbt(["run", "--full-refresh"])
+        table = f"{project.test_schema}.events"
+        vb = history(spark, table)[-1].version
+        foreign = ForeignAt(monkeypatch, spark, "compiled", DOUBLE_FIRED.format(t=table))
+        results = run(expect_pass, hi=5, **dbt_vars)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert foreign.fired == 1 and after[0].operation == "WRITE" and after[0].tag is None
+        assert after[0].version == vb + 1  # landed after the compile-time read, as intended
+        return table, vb, after, results
+
+
+class TestStockCompileTimeWatermark(StockSparkProfile, CompileTimeRace):
+    """The control: stock dbt-spark appends ids 3 and 4 a second time, with a green run."""
+
+    def test_stock_duplicates_with_a_green_run(self, project, spark, monkeypatch):
+        table, _, after, _ = self.race(project, spark, monkeypatch, True)
+        assert [e.operation for e in after] == ["WRITE", "WRITE"]
+        assert rows(spark, COUNTS.format(t=table)) == [(0, 1), (1, 1), (2, 1), (3, 2), (4, 2)]
+
+
+class TestFencedCompileTimeWatermark(CompileTimeRace):
+    @pytest.mark.parametrize("strategy", ["append", "append_if_unchanged", "merge"])
+    def test_refused_nothing_duplicated_and_a_rerun_is_exact(
+        self, project, spark, monkeypatch, logs_dir, strategy
+    ):
+        table, vb, after, results = self.race(
+            project, spark, monkeypatch, False, strategy=strategy, retries=2
+        )
+        assert [e.operation for e in after] == ["WRITE"]  # nothing of ours landed
+        message = results.results[0].message
+        assert f"read version (vB): {vb}" in message and f"v{vb + 1} WRITE" in message
+        assert "never written: the table is as the other writer(s) left it." in message
+        assert f"detected by: pre-check: expected v{vb}, found v{vb + 1}" in message
+        assert "not retried (fence_retries: 2): this model read" in message
+        assert "at compile time" in message and "fence_retries: N" not in message
+        assert rows(spark, COUNTS.format(t=table)) == [(i, 1) for i in range(5)]
+        # The compile-time query that ran was pinned to vB (dbt's query log).
+        with open(f"{logs_dir}/dbt.log") as log:
+            assert f"from {table} VERSION AS OF {vb}" in log.read()
+
+        monkeypatch.undo()
+        run_dbt(["run", "--vars", json.dumps({"hi": 6, "strategy": strategy})])
+        assert rows(spark, COUNTS.format(t=table)) == [(i, 1) for i in range(6)]
+
+    def test_an_append_that_read_its_target_at_compile_time_is_fenced(self, project, spark):
+        run_dbt(["run", "--full-refresh"])
+        table = f"{project.test_schema}.events"
+        vb = history(spark, table)[-1].version
+        _, output = run_dbt_and_capture(["run", "--vars", json.dumps({"hi": 5})])
+        assert "appends and read {{ this }} at compile time: running as append_if_unchanged" in (
+            output
+        )
+        commit = history(spark, table)[-1]
+        assert commit.version == vb + 1 and commit.tag["strategy"] == "append_if_unchanged"
+        assert commit.tag["read_version"] == vb
+
+
+class TestPreHookReload:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"reload.sql": RELOAD}
+
+    def start(self, project, spark, strategy):
+        run_dbt(["run", "--full-refresh", "--vars", json.dumps({"strategy": strategy})])
+        table = f"{project.test_schema}.reload"
+        return table, history(spark, table)[-1].version
+
+    @pytest.mark.parametrize("strategy", ["append_if_unchanged", "merge"])
+    def test_delete_then_insert_is_green_and_exact(self, project, spark, strategy):
+        table, vb = self.start(project, spark, strategy)
+        results = run(strategy=strategy, round=1)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == [
+            "DELETE",
+            "WRITE" if strategy != "merge" else "MERGE",
+            "SET TBLPROPERTIES",
+        ]
+        delete, write, post = after
+        assert [e.tag["step"] for e in after] == ["pre_hook", "write", "post_hook"]
+        with open(f"{project.project_root}/target/run_results.json") as f:
+            invocation = json.load(f)["metadata"]["invocation_id"]
+        assert {e.tag["invocation_id"] for e in after} == {invocation}
+        assert write.read_version == delete.version  # the write continued from our DELETE
+        assert results.results[0].adapter_response["read_version"] == vb
+        assert results.results[0].adapter_response["commit_version"] == write.version
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            (i, 0 if i < 5 else 1) for i in range(10)
+        ]
+
+    @pytest.mark.parametrize("strategy", ["append_if_unchanged", "merge"])
+    def test_a_commit_before_the_delete_refuses_and_leaves_nothing(
+        self, project, spark, monkeypatch, strategy
+    ):
+        table, vb = self.start(project, spark, strategy)
+        ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (100, 9)")
+        results = run(False, strategy=strategy, round=1)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]  # only theirs
+        message = results.results[0].message
+        assert "never written: the table is as the other writer(s) left it." in message
+        assert f"detected by: pre-check: expected v{vb}, found v{vb + 1}" in message
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            *[(i, 0) for i in range(10)],
+            (100, 9),
+        ]
+
+    @pytest.mark.parametrize("strategy", ["append_if_unchanged", "merge"])
+    def test_a_commit_between_the_delete_and_the_write_is_reported_with_the_delete(
+        self, project, spark, monkeypatch, strategy
+    ):
+        table, vb = self.start(project, spark, strategy)
+        ForeignAt(monkeypatch, spark, "staging", f"insert into {table} values (100, 9)")
+        results = run(False, strategy=strategy, round=1)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["DELETE", "WRITE"]
+        delete, foreign = after
+        assert delete.tag["step"] == "pre_hook" and foreign.tag is None
+        assert ours(after) == []  # the write never ran
+        message = results.results[0].message
+        assert (
+            f"this run's write: never written; this run's earlier steps v{delete.version} DELETE "
+            f"(pre_hook) were NOT reverted (v{foreign.version} landed after it, so a RESTORE "
+            f"would undo that too)"
+        ) in message
+        assert (
+            f"`RESTORE TABLE {table} TO VERSION AS OF {vb}`; it also undoes "
+            f"v{foreign.version} WRITE by other writers"
+        ) in message
+        assert "fix the table by hand" in message and "fence_retries" not in message
+        # What the message says stands: our DELETE and their row, and nothing else.
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            *[(i, 0) for i in range(5)],
+            (100, 9),
+        ]
+
+
+class TestStockPreHookReload(StockSparkProfile):
+    """The control: stock dbt-spark runs the reload correctly when nothing races it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"reload.sql": RELOAD}
+
+    def test_stock_reload_is_exact(self, project, spark):
+        run_dbt(["run", "--full-refresh", "--vars", json.dumps({"strategy": "merge"})])
+        run(round=1, strategy="merge")
+        table = f"{project.test_schema}.reload"
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            (i, 0 if i < 5 else 1) for i in range(10)
+        ]
