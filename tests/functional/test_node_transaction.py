@@ -198,3 +198,45 @@ class TestStockPreHookReload(StockSparkProfile):
         assert rows(spark, f"select id, round from {table} order by id") == [
             (i, 0 if i < 5 else 1) for i in range(10)
         ]
+
+
+# The model reads its own table under another spelling, with a join hint that names it.
+SPELLED = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+select /*+ BROADCAST({{ this }}) */ s.id from range(0, {{ var('hi', 3) }}) s
+{% if is_incremental() %}
+left anti join {{ var('spelling') | replace('THIS', this | string) }} t on t.id = s.id
+{% endif %}
+"""
+
+
+class TestOtherSpellingsOfTheTarget:
+    """IDENTIFIER('schema.t') and delta.`<location>` are reads of the target: pinned on real
+    Spark (the pinned SQL parses), and they make an `append` fenced."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"spelled.sql": SPELLED}
+
+    @pytest.mark.parametrize("spelling", ["IDENTIFIER('THIS')", "delta.`LOCATION`"])
+    def test_pinned_and_fenced(self, project, spark, monkeypatch, spelling):
+        run_dbt(["run", "--full-refresh"])
+        table = f"{project.test_schema}.spelled"
+        [location] = [r.location for r in spark.sql(f"describe detail {table}").collect()]
+        assert str(location).endswith("spelled")
+        spelling = spelling.replace("LOCATION", str(location))
+        vb = history(spark, table)[-1].version
+
+        results = run(spelling=spelling, hi=5)
+        commit = history(spark, table)[-1]
+        assert commit.tag["strategy"] == "append_if_unchanged" and commit.tag["read_version"] == vb
+        assert results.results[0].adapter_response["commit_version"] == vb + 1
+        assert rows(spark, COUNTS.format(t=table)) == [(i, 1) for i in range(5)]
+
+        # And a commit after vB refuses it, as for any read of the target.
+        ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (5)")
+        results = run(False, spelling=spelling, hi=7)
+        after = [e for e in history(spark, table) if e.version > commit.version]
+        assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]
+        assert "never written" in results.results[0].message
+        assert rows(spark, COUNTS.format(t=table)) == [(i, 1) for i in range(6)]

@@ -14,6 +14,7 @@ table's location, Delta's path reader ``delta.`<location>` ``.
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sqlglot
 from sqlglot import exp
@@ -68,14 +69,28 @@ def pin_self_reads(
     """Return `sql` with each read of `schema.identifier` (or of its `location`) pinned."""
     target = Target(schema, identifier, location)
     try:
-        ends = _reference_ends_parsed(sql, target)
+        refs = _reference_ends_parsed(sql, target)
     except SqlglotError:
-        ends = _reference_ends_tokenized(sql, target)
-    for end in sorted(set(ends), reverse=True):
+        refs = _reference_ends_tokenized(sql, target)
+    for ref in sorted(set(refs), key=lambda r: r.end, reverse=True):
         # `` `s`.`t`o `` is `s`.`t` aliased `o`; Spark would lex `7o` as one name.
-        gap = " " if _WORD_START.match(sql, end) else ""
-        sql = f"{sql[:end]} VERSION AS OF {version}{gap}{sql[end:]}"
+        gap = " " if _WORD_START.match(sql, ref.end) else ""
+        head = sql[: ref.end]
+        if ref.clause is not None:
+            # Spark 4.1 parses `IDENTIFIER('s.t') VERSION AS OF n` but resolves none of its
+            # columns: the clause is written out as the name it holds.
+            start, names = ref.clause
+            head = sql[:start] + ".".join("`" + n.replace("`", "``") + "`" for n in names)
+        sql = f"{head} VERSION AS OF {version}{gap}{sql[ref.end :]}"
     return sql
+
+
+class Ref(NamedTuple):
+    """A reference to the target: where it ends, and for `IDENTIFIER('...')` where the clause
+    starts and the name parts it holds."""
+
+    end: int
+    clause: tuple[int, tuple[str, ...]] | None = None
 
 
 def reads_self(sql: str, schema: str, identifier: str, location: str | None = None) -> bool:
@@ -120,7 +135,7 @@ def _identifier_string_parts(text: str) -> list[str] | None:
         pos += 1
 
 
-def _reference_ends_parsed(sql: str, target: Target) -> list[int]:
+def _reference_ends_parsed(sql: str, target: Target) -> list[Ref]:
     tokens = _tokens(sql)
     ends = []
     for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(tokens, sql):
@@ -139,18 +154,19 @@ def _reference_ends_parsed(sql: str, target: Target) -> list[int]:
 
 def _parsed_reference_end(
     sql: str, tokens: Sequence[Token], table: exp.Table, target: Target
-) -> int | None:
+) -> Ref | None:
     if isinstance(table.this, exp.Identifier):
         if not target.matches(table.catalog or None, table.db or None, table.name):
             return None
-        return _identifier_end(sql, table.this)
+        return Ref(_identifier_end(sql, table.this))
     literal = _identifier_clause_literal(table.this)
     if literal is None or table.args.get("db") or table.args.get("catalog"):
         return None  # a table function, not a table
     names = _identifier_string_parts(literal.this)
     if names is None or not target.matches_parts(names):
         return None
-    return _closing_paren_end(tokens, literal)
+    start, end = _clause_span(tokens, literal)
+    return Ref(end, (start, tuple(names)))
 
 
 def _identifier_clause_literal(node: exp.Expression) -> exp.Literal | None:
@@ -175,11 +191,12 @@ def _identifier_end(sql: str, identifier: exp.Identifier) -> int:
     return end + 1
 
 
-def _closing_paren_end(tokens: Sequence[Token], literal: exp.Literal) -> int:
+def _clause_span(tokens: Sequence[Token], literal: exp.Literal) -> tuple[int, int]:
+    """From `IDENTIFIER` to just after its `)`, found by the literal's position."""
     start = literal.meta.get("start")
     for i, token in enumerate(tokens[:-1]):
-        if token.start == start and tokens[i + 1].token_type == TokenType.R_PAREN:
-            return tokens[i + 1].end + 1
+        if i >= 2 and token.start == start and tokens[i + 1].token_type == TokenType.R_PAREN:
+            return tokens[i - 2].start, tokens[i + 1].end + 1
     raise SqlglotError("identifier clause without its closing parenthesis")
 
 
@@ -188,11 +205,12 @@ _STRING_TYPES = {TokenType.STRING, TokenType.RAW_STRING}
 _NOT_A_TABLE_AFTER = {TokenType.DOT, TokenType.L_PAREN}
 
 
-def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
+def _reference_ends_tokenized(sql: str, target: Target) -> list[Ref]:
     tokens = _tokens(sql)
     ends = []
     for i in range(len(tokens)):
-        parts = _identifier_clause_at(tokens, i) or _dotted_name_at(tokens, i)
+        clause = _identifier_clause_at(tokens, i)
+        parts = clause or _dotted_name_at(tokens, i)
         if parts is None:
             continue
         names, last = parts
@@ -203,7 +221,8 @@ def _reference_ends_tokenized(sql: str, target: Target) -> list[int]:
             continue  # `schema.t.col` is a column, `schema.t(...)` a function
         if nxt is not None and nxt.text.upper() in {"VERSION", "TIMESTAMP", "FOR"}:
             continue
-        ends.append(tokens[last].end + 1)
+        spelled = (tokens[i].start, tuple(names)) if clause else None
+        ends.append(Ref(tokens[last].end + 1, spelled))
     return ends
 
 
