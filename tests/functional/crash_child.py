@@ -37,18 +37,18 @@ def step(name: str) -> None:
 
 
 def instrument(race_sql: str | None) -> None:
-    latest_version = protocol.Fence.latest_version
+    capture = protocol.Fence.capture
     commits_since = protocol.Fence.commits_since
     precheck = protocol.Fence.precheck
     execute = FenceSql.execute
     fence_stage = FencedSparkAdapter.fence_stage
     seen = {"capture": False, "write": False, "race": False}
 
-    def on_latest(self: protocol.Fence, table: str, known: int | None = None) -> int:
+    def on_capture(self: protocol.Fence, table: str) -> Any:
         if not seen["capture"]:
             seen["capture"] = True
             step("capture")
-        return latest_version(self, table, known)
+        return capture(self, table)
 
     def on_commits(self: protocol.Fence, table: str, version: int) -> Any:
         if seen["write"]:
@@ -78,7 +78,7 @@ def instrument(race_sql: str | None) -> None:
         step("stage")
         return fence_stage(self, *args)
 
-    protocol.Fence.latest_version = on_latest  # type: ignore[method-assign]
+    protocol.Fence.capture = on_capture  # type: ignore[method-assign]
     protocol.Fence.commits_since = on_commits  # type: ignore[method-assign]
     protocol.Fence.precheck = on_precheck  # type: ignore[method-assign]
     FenceSql.execute = on_execute  # type: ignore[method-assign]

@@ -290,10 +290,12 @@ class FencedSparkAdapter(SparkAdapter):
             txn = self._nodes.txn = self._new_transaction(relation, node)
         fence = self._fence()
         txn.unfenced = False  # the materialization found a Delta table: fenced from here on
+        recent = None
         if txn.state is None:
-            txn.start(strategy, fence.latest_version(relation.fence_name))
+            version, recent = fence.capture(relation.fence_name)
+            txn.start(strategy, version)
         state = txn.fenced_as(strategy)
-        fence.check_earlier_runs(state, frozenset(accepted or ()))
+        fence.check_earlier_runs(state, frozenset(accepted or ()), recent)
         txn.phase = Phase.PRE_HOOK
         return state.read_version
 

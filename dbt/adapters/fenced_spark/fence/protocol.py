@@ -2,6 +2,7 @@
 verify, revert. Every step is plain SQL, so it works over any connection method; on the
 embedded session the history reads may come from the Delta log instead (`delta_log.LogTail`)."""
 
+import itertools
 import random
 import re
 import time
@@ -260,12 +261,24 @@ class Fence:
             "and a retry would redo only the write"
         )
 
-    def check_earlier_runs(self, state: FenceState, accepted: frozenset[int]) -> None:
+    def capture(self, table: str) -> tuple[int, Iterator[Commit]]:
+        """vB, and the newest commits newest first for `check_earlier_runs`: over SQL one
+        DESCRIBE HISTORY serves both."""
+        recent = iter(self.log.recent(table, LOOKBACK))
+        newest = next(recent)
+        return newest.version, itertools.chain([newest], recent)
+
+    def check_earlier_runs(
+        self,
+        state: FenceState,
+        accepted: frozenset[int],
+        recent: Iterator[Commit] | None = None,
+    ) -> None:
         """An earlier run of this node that died between its commit and its verdict left a
         commit whose check fails: refuse to build on it. Newest first, stopping at the node's
         newest commit, a RESTORE or a replace, or LOOKBACK commits back."""
         after: list[Commit] = []
-        for commit in self.log.recent(state.table, LOOKBACK):
+        for commit in recent if recent is not None else self.log.recent(state.table, LOOKBACK):
             tag = commit.tag
             if commit.operation in _RESETS:
                 return
