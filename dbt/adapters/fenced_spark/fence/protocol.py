@@ -452,7 +452,7 @@ class Fence:
         nobody else's commit; the report says exactly what of ours stands."""
         commits = self.commits_since(state.table, state.read_version)
         mine = [c for c in self.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
-        if not mine:
+        if not mine:  # nothing of ours since vB: nothing to undo
             self._fail(state, Outcome.NEVER_WRITTEN, self.foreign(state, commits), cause=cause)
         revert = self._revert(state, commits)
         if our_write is None:
@@ -483,11 +483,10 @@ class Fence:
         latest = self.latest_version(state.table, known=commits[-1].version)
         if latest != commits[-1].version:
             commits = self.commits_since(state.table, state.read_version)
+        own = [c for c in self.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
         head: list[Commit] = []
         for commit in reversed(commits):
-            if not self.ours(state, [commit]) or commit.tag is None:
-                break
-            if commit.tag.step not in OWN_STEPS:
+            if commit not in own:
                 break
             head.insert(0, commit)
         if not head:
@@ -503,15 +502,12 @@ class Fence:
             return Revert(error="the RESTORE's commit is not in the table's history", wrote=True)
         if restore.read_version == top:
             # Ours below a foreign commit stay: restoring them would undo that commit too.
-            below = [
-                c for c in commits if c.version < head[0].version and c.version > state.read_version
-            ]
-            left = [c for c in below if not self.ours(state, [c])]
-            error = (
-                f"{_landed(left)} landed after them, so a RESTORE would undo that too"
-                if left and len(below) > len(left)
-                else None
-            )
+            kept = [c for c in own if c.version < head[0].version]
+            error = None
+            if kept:
+                blocking = [c for c in commits if kept[0].version < c.version < head[0].version]
+                blocking = [c for c in blocking if c not in own]
+                error = f"{_landed(blocking)} landed after them, so a RESTORE would undo that too"
             return Revert(reverted=head, restore=restore, wrote=True, error=error)
         # A commit landed between our look at the head and the RESTORE's snapshot, and the
         # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
