@@ -149,6 +149,7 @@ class TestPreHookReload:
         message = results.results[0].message
         assert "never written: the table is as the other writer(s) left it." in message
         assert f"detected by: pre-check: expected v{vb}, found v{vb + 1}" in message
+        assert "fence_retries" not in message  # a refusal in a pre-hook is never retried
         assert rows(spark, f"select id, round from {table} order by id") == [
             *[(i, 0) for i in range(10)],
             (100, 9),

@@ -216,3 +216,17 @@ def test_an_earlier_run_that_reached_its_verdict_or_held_is_not_reported():
     earlier_run(table)
     other = FenceState(TABLE, "a.t", "merge", 2, 2, "inv-1", "model.p.other")
     fence(table).check_earlier_runs(other, frozenset())
+
+
+def test_a_foreign_commit_during_a_step_of_ours_that_committed_nothing():
+    table = FakeTable()
+    s = state("append_if_unchanged")
+    table.foreign("theirs")  # lands while our DELETE runs; the DELETE matched no row
+    error = refused(lambda: fence(table).after_step(s, "pre_hook"))
+    report = error.report
+    assert report.outcome == Outcome.NEVER_WRITTEN and report.standing == []
+    text = report.message()
+    assert "detected by: pre_hook step: expected only our own commits after v0, found v1 WRITE" in (
+        text
+    )
+    assert "the table is as the other writer(s) left it" in text

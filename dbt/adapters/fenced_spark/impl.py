@@ -253,18 +253,27 @@ class FencedSparkAdapter(SparkAdapter):
         """One statement of ours on the target before the write: pre-checked, tagged, strict,
         and the next step expects the version it produced."""
         assert txn.state is not None
+        txn.stepped = True
         fence = self._fence()
-        fence.precheck(txn.state)
         try:
-            with fence.tagged(txn.state, txn.step, strict=True), self.connections.single_attempt():
-                result = super().execute(sql, fetch=fetch, limit=limit)
-        except Exception as exc:
-            if (conflict := conflict_name(exc)) is None:
-                raise
-            fence.refuse(
-                txn.state, f"Delta's conflict detection during the {txn.step} ({conflict})"
-            )
-        txn.state = fence.after_step(txn.state, txn.step)
+            fence.precheck(txn.state)
+            try:
+                with (
+                    fence.tagged(txn.state, txn.step, strict=True),
+                    self.connections.single_attempt(),
+                ):
+                    result = super().execute(sql, fetch=fetch, limit=limit)
+            except Exception as exc:
+                if (conflict := conflict_name(exc)) is None:
+                    raise
+                fence.refuse(
+                    txn.state, f"Delta's conflict detection during the {txn.step} ({conflict})"
+                )
+            txn.state = fence.after_step(txn.state, txn.step)
+        except FenceViolation as refused:
+            # fence_retries retries the write alone; a refusal here is never retried.
+            refused.report.no_retry = f"the refusal came in a {txn.step.replace('_', '-')} step"
+            raise FenceViolation(refused.report) from refused
         return result
 
     # Fence steps, called by the incremental materialization -------------------------------
@@ -380,6 +389,11 @@ class FencedSparkAdapter(SparkAdapter):
                 f"this model read {state.display} at compile time (run_query, statement), and "
                 f"a retry would reuse what it read at v{state.read_version}; a re-run compiles "
                 "the model again"
+            )
+        elif txn.stepped:
+            no_retry = (
+                f"this model's pre-hooks or schema changes write {state.display}, and a retry "
+                "would redo only the write"
             )
         try:
             result = self._fence().run(

@@ -38,6 +38,8 @@ class NodeTransaction:
     phase: Phase = Phase.COMPILE
     state: FenceState | None = None  # set at the first read of the target: vB is captured
     compile_reads: list[str] = field(default_factory=list)
+    # A pre-hook or schema change wrote the target: a retry of the write alone would skip it.
+    stepped: bool = False
     # The target could not be read as a Delta table at its first read (missing, not Delta):
     # nothing to pin; the materialization decides what to do with it.
     unfenced: bool = False

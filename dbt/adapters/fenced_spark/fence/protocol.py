@@ -366,8 +366,12 @@ class Fence:
             expected = commit.version
         else:
             return replace(state, expected_version=expected)
-        ours = self.ours(state, commits, step)
-        self.refuse(state, self._expected(state, ours[-1] if ours else None, step, strict=True))
+        foreign = [c for c in commits if c.version > expected][:1]
+        self.refuse(
+            state,
+            f"{step} step: expected only our own commits after v{state.expected_version}, "
+            f"found {_versions(foreign)}",
+        )
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
         conflict: BaseException | None = None
@@ -437,10 +441,8 @@ class Fence:
         )
 
     @staticmethod
-    def _expected(
-        state: FenceState, our: Commit | None, check: str, strict: bool | None = None
-    ) -> str:
-        if state.strict if strict is None else strict:
+    def _expected(state: FenceState, our: Commit | None, check: str) -> str:
+        if state.strict:
             expectation = f"our commit to be v{state.expected_version + 1}"
         else:
             expectation = f"our commit to read v{state.expected_version}"
