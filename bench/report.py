@@ -355,7 +355,8 @@ def _where(r: Results) -> list[str]:
             " `DeltaHistoryManager.getHistory` reads the commit files of the requested range in"
             " `spark.range(start, latest + 1).mapPartitions(...).collect()`. Over thrift the"
             " fence sends three per run (here: " + history_jobs("thrift") + " job(s)):"
-            " capture (`adapter.fence_capture` → `Fence.latest_version`), pre-check"
+            " capture (`adapter.fence_begin` → `Fence.capture`, whose rows also serve"
+            " `Fence.check_earlier_runs`), pre-check"
             " (`Fence.precheck`) and verify (`Fence.commits_since`). On the session those reads"
             " go to `LogTail` (`fence/delta_log.py`, chosen by `FenceSql.log` in `impl.py`),"
             " which reads the log's files on the driver: DESCRIBE HISTORY jobs per run here: "
@@ -447,7 +448,7 @@ def _where_contention(r: Results) -> str:
             " writer committed after the pre-check but before the INSERT took its snapshot,"
             " so the INSERT committed as vB+2 without a conflict; verification"
             " (`Fence.write`, `our.version == expected + 1`) then refused it, and the revert"
-            " (`Fence._fail_after_commit`) found a later commit or its RESTORE, which never"
+            " (`Fence._revert`) found a later commit or its RESTORE, which never"
             " retries, met one. The batch is in the table once and the error says so, but the"
             " run failed and no retry follows."
         )
