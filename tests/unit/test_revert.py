@@ -2,6 +2,7 @@
 commit, and the message says exactly what of ours stands."""
 
 from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
@@ -24,7 +25,7 @@ def state(strategy: str = "merge", expected: int = 0) -> FenceState:
 def our_step(table: FakeTable, s: FenceState, step: str, sql: str) -> FenceState:
     with fence(table).tagged(s, step, strict=True):
         table.execute(sql)
-    return FenceState(**{**s.to_dict(), "expected_version": table.latest})
+    return replace(s, expected_version=table.latest)
 
 
 def refused(call) -> FenceViolation:

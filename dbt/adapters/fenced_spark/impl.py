@@ -207,8 +207,7 @@ class FencedSparkAdapter(SparkAdapter):
         # a read is pinned to vB, a pre-hook's or schema change's write is a strict step of
         # ours, a post-hook's write is tagged. Everything else runs as dbt-spark runs it.
         txn = self._txn()
-        if txn is not None and names_a_path(sql):
-            self._locate(txn)
+        self._location(sql)
         action = txn.action(sql) if txn is not None else None
         if txn is None or action is None:
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
@@ -222,14 +221,19 @@ class FencedSparkAdapter(SparkAdapter):
                 return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
 
-    def _locate(self, txn: NodeTransaction) -> None:
-        """The table's location, once per node, for SQL that reads a Delta path."""
-        if txn.location is None and not txn.unfenced:
+    def _location(self, sql: str) -> str | None:
+        """The node's table's location, looked up once per node and only for SQL that reads
+        a Delta path: it costs a statement."""
+        txn = self._txn()
+        if txn is None:
+            return None
+        if txn.location is None and not txn.unfenced and names_a_path(sql):
             try:
                 names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {txn.table}")
             except DbtRuntimeError:
-                return  # not a Delta table (yet): nothing to pin
+                return None  # not a Delta table (yet): nothing to pin
             txn.location = str(dict(zip(names, rows[0], strict=True))["location"]) if rows else None
+        return txn.location
 
     def _captured(self, txn: NodeTransaction) -> bool:
         """vB, at the node's first read of its target; False when it is not a Delta table
@@ -315,12 +319,8 @@ class FencedSparkAdapter(SparkAdapter):
 
     @available
     def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
-        txn = self._txn()
-        if txn is not None and names_a_path(sql):
-            self._locate(txn)
-        location = txn.location if txn is not None else None
         return self.fence_read_at_compile_time() or reads_self(
-            sql, str(relation.schema), str(relation.identifier), location
+            sql, str(relation.schema), str(relation.identifier), self._location(sql)
         )
 
     @available
@@ -340,15 +340,12 @@ class FencedSparkAdapter(SparkAdapter):
         compiled_code: str,
         state: FenceState,
     ) -> None:
-        txn = self._txn()
-        if txn is not None and names_a_path(compiled_code):
-            self._locate(txn)
         pinned = pin_self_reads(
             compiled_code,
             str(relation.schema),
             str(relation.identifier),
             state.read_version,
-            txn.location if txn is not None else None,
+            self._location(compiled_code),
         )
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}

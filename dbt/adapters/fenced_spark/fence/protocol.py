@@ -90,7 +90,8 @@ class SqlRunner(Protocol):
 
 @dataclass(frozen=True)
 class FenceState:
-    """What the materialization knows about this model's fence, passed between steps."""
+    """What the fence knows about one node's attempt: vB, the version its next commit must
+    build on, and what tags its commits."""
 
     table: str
     display: str
@@ -115,22 +116,6 @@ class FenceState:
             step,
             self.expected_version,
         )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "FenceState":
-        return cls(
-            table=str(data["table"]),
-            display=str(data.get("display", data["table"])),
-            strategy=str(data["strategy"]),
-            read_version=int(data["read_version"]),
-            expected_version=int(data.get("expected_version", data["read_version"])),
-            invocation_id=str(data["invocation_id"]),
-            node=str(data["node"]),
-            attempt=int(data.get("attempt", 1)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
