@@ -52,7 +52,8 @@ class Outcome(StrEnum):
     NOT_REVERTED = "written_not_reverted"
 
 
-def _listed_foreign(commits: list[Commit]) -> str:
+def versions(commits: list[Commit]) -> str:
+    """`v3 WRITE, v5 UPDATE`: commits named briefly, where the message lists them in full."""
     return ", ".join(f"v{c.version} {c.operation}" for c in commits)
 
 
@@ -119,7 +120,7 @@ class FenceReport:
             back = self.rolled_back[-1].version
             return (
                 f"{self._write()}; {self.revert_error}. Other writers' commits now missing "
-                f"from the table: {_listed_foreign(self.rolled_back)}. To bring them back (with "
+                f"from the table: {versions(self.rolled_back)}. To bring them back (with "
                 f"this run's commits), run `RESTORE TABLE {self.table} TO VERSION AS OF {back}`."
             )
         if not standing:
@@ -142,7 +143,7 @@ class FenceReport:
         first = min(c.version for c in standing)
         later = [c for c in self.landed if c.version > first]
         also = (
-            f"; it also undoes {_listed_foreign(later)} by other writers, so first make sure "
+            f"; it also undoes {versions(later)} by other writers, so first make sure "
             "none of that needs keeping"
             if later
             else ""
@@ -272,7 +273,7 @@ class FenceUnresolved(DbtRuntimeError):
         else:
             check = f"it had to read v{tag.expected_version}, and it read v{commit.read_version}"
         also = (
-            f"; that also undoes {_listed_foreign(after)} by other writers, so first make sure "
+            f"; that also undoes {versions(after)} by other writers, so first make sure "
             "none of it needs keeping"
             if after
             else ""

@@ -22,6 +22,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     Gone,
     Outcome,
     reason,
+    versions,
 )
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
@@ -136,10 +137,6 @@ class Revert:
     rolled_back: list[Commit] = field(default_factory=list)
     error: str | None = None
     wrote: bool = False
-
-
-def _versions(commits: list[Commit]) -> str:
-    return ", ".join(f"v{c.version} {c.operation}" for c in commits) or "a commit"
 
 
 def _landed(commits: list[Commit]) -> str:
@@ -355,7 +352,7 @@ class Fence:
         self.refuse(
             state,
             f"{step} step: expected only our own commits after v{state.expected_version}, "
-            f"found {_versions(foreign)}",
+            f"found {versions(foreign) or 'a commit'}",
         )
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
@@ -500,7 +497,9 @@ class Fence:
         # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
         read = restore.read_version
         slipped = [c for c in self.commits_since(state.table, top) if c.version <= read]
-        what = f"{_versions(slipped)} landed just before the RESTORE (v{restore.version})"
+        what = (
+            f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
+        )
         try:
             undo = self._restore(state, read, "revert_undo", after=restore.version)
         except Exception as exc:
