@@ -12,14 +12,6 @@ from dbt.tests.adapter.incremental.test_incremental_predicates import BaseIncrem
 from dbt.tests.adapter.incremental.test_incremental_unique_id import BaseIncrementalUniqueKey
 from dbt.tests.util import run_dbt
 
-# These three expect merge without a key to append. A fenced merge requires `unique_key`
-# (DESIGN.md, strategies table); the refusal is tested in test_bad_input.py (`no_key`).
-MERGE_NEEDS_KEY = pytest.mark.skip(
-    reason="merge without unique_key is refused by design (DESIGN.md: unique_key required); "
-    "the error is tested in tests/functional/test_bad_input.py::TestConfigErrors[no_key]"
-)
-
-
 # The Spark Thrift Server turns on spark.sql.datetime.java8API.enabled in every session
 # (SparkSQLSessionManager), and Delta's metadata-only rewrite of `max(date_col)` then casts
 # the LocalDate to java.sql.Date: ClassCastException (delta-io/delta#4201, unfixed in 4.4.1),
@@ -35,18 +27,6 @@ class TestIncrementalUniqueKey(BaseIncrementalUniqueKey):
         if dbt_profile_name == "thrift":
             models["+pre-hook"] = DELTA_4201_WORKAROUND
         return {"models": models}
-
-    @MERGE_NEEDS_KEY
-    def test__empty_unique_key_list(self, project):
-        super().test__empty_unique_key_list(project)
-
-    @MERGE_NEEDS_KEY
-    def test__no_unique_keys(self, project):
-        super().test__no_unique_keys(project)
-
-    @MERGE_NEEDS_KEY
-    def test__empty_str_unique_key(self, project):
-        super().test__empty_str_unique_key(project)
 
 
 # The base model is Postgres delete+insert; on Spark the same check runs as a merge, and

@@ -161,20 +161,25 @@ class ForeignAt:
       materialization starts; on stock dbt-spark too.
     - `vb`: right after the fenced materialization captured vB, before the pre-hooks.
     - `staging`: after the pre-hooks, right before the model SQL is staged.
+    - `staged`: a snapshot's staging is built, its MERGE not started; on stock dbt-spark too.
     """
 
-    def __init__(self, monkeypatch, spark, moment: str, statements: str | list[str]) -> None:
+    def __init__(
+        self, monkeypatch, spark, moment: str, statements: str | list[str | Callable[[], Any]]
+    ) -> None:
         from dbt.adapters.spark.impl import SparkAdapter
 
         from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
 
         self.writer = ForeignWriter(spark)
+        # A statement is SQL for the other session, or a callable (another dbt process).
         self.statements = [statements] if isinstance(statements, str) else statements
         self.fired = 0
         owner, name, after = {
             "compiled": (SparkAdapter, "pre_model_hook", False),
             "vb": (FencedSparkAdapter, "fence_begin", True),
             "staging": (FencedSparkAdapter, "fence_stage", False),
+            "staged": (SparkAdapter, "expand_target_column_types", False),
         }[moment]
         original = getattr(owner, name)
 
@@ -191,5 +196,8 @@ class ForeignAt:
     def fire(self) -> None:
         if not self.fired:
             for statement in self.statements:
-                self.writer.sql(statement)
+                if callable(statement):
+                    statement()
+                else:
+                    self.writer.sql(statement)
         self.fired += 1

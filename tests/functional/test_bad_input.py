@@ -22,7 +22,7 @@ class TestConfigErrors:
     @pytest.fixture(scope="class")
     def models(self):
         return {
-            "no_key.sql": model("incremental_strategy='merge'"),
+            "no_key.sql": model("incremental_strategy='insert'"),
             "parquet_merge.sql": model(
                 "incremental_strategy='merge', unique_key='id', file_format='parquet'"
             ),
@@ -43,10 +43,10 @@ class TestConfigErrors:
     @pytest.mark.parametrize(
         "name, words",
         [
-            ("no_key", ["`unique_key`"]),
+            ("no_key", ["`unique_key`", "insert", "'append'"]),
             ("parquet_merge", ["`file_format`", "'parquet'"]),
             ("bad_predicates", ["`incremental_predicates`"]),
-            ("bad_strategy", ["`incremental_strategy`", "merge, append", "upsert"]),
+            ("bad_strategy", ["`incremental_strategy`", "merge, insert, append", "upsert"]),
             ("bad_fenced", ["`fenced`"]),
             ("no_predicate", ["`incremental_predicates`", "replace_where", "silently"]),
             ("number_predicate", ["`incremental_predicates`", "7"]),

@@ -137,7 +137,7 @@ def run_vars(**values) -> list[str]:
 
 # Config errors: fence_validate_config, before any SQL runs, on every run.
 CONFIG_ERRORS = {
-    "E101": ("no_key", "incremental_strategy='merge'"),
+    "E101": ("no_key", "incremental_strategy='insert'"),
     "E102": (
         "parquet_merge",
         "incremental_strategy='merge', unique_key='id', file_format='parquet'",

@@ -92,6 +92,19 @@ class TestEmittedSql:
         assert "DBT_INTERNAL_SOURCE.v = DBT_INTERNAL_DEST.v" in sql
         assert sql.endswith("when matched then update set * when not matched then insert *")
 
+    def test_insert_inserts_only_missing_keys_and_never_updates(self, project):
+        sql, target, source = self.render(project, "insert", unique_key=["id", "v"])
+        assert sql == (
+            f"merge into {target} as DBT_INTERNAL_DEST using {source} as DBT_INTERNAL_SOURCE "
+            "on DBT_INTERNAL_SOURCE.id = DBT_INTERNAL_DEST.id "
+            "and DBT_INTERNAL_SOURCE.v = DBT_INTERNAL_DEST.v "
+            "when not matched then insert *"
+        )
+        sql, _, _ = self.render(
+            project, "insert", incremental_predicates=["DBT_INTERNAL_DEST.d >= date'2026-01-01'"]
+        )
+        assert "on DBT_INTERNAL_DEST.d >= date'2026-01-01' and DBT_INTERNAL_SOURCE.id = " in sql
+
     def test_append_if_unchanged_is_a_plain_insert(self, project):
         sql, target, source = self.render(project, "append_if_unchanged")
         assert sql == f"insert into table {target} select `id`, `v`, `d` from {source}"

@@ -155,17 +155,18 @@ class FencedSparkAdapter(SparkAdapter):
         materialization has the last word (fence_begin); this only decides what compile
         time pins."""
         config = getattr(node, "config", None)
-        if getattr(node, "resource_type", None) != "model" or config is None:
+        kind = getattr(node, "resource_type", None)
+        if config is None or config.get("fenced") is False:
             return None
-        strategy = config.get("incremental_strategy") or "append"
-        # A --full-refresh run is not excluded here: its reads are pinned to the version it
-        # replaces, which is what they read anyway.
-        if (
-            config.get("materialized") != "incremental"
-            or config.get("fenced") is False
-            or strategy in UNFENCED_AT_COMPILE_TIME
-            or (config.get("file_format") or "delta") != "delta"
-        ):
+        if kind == "model":
+            strategy = config.get("incremental_strategy") or "append"
+            # A --full-refresh run is not excluded here: its reads are pinned to the version it
+            # replaces, which is what they read anyway.
+            if config.get("materialized") != "incremental" or strategy in UNFENCED_AT_COMPILE_TIME:
+                return None
+        elif kind != "snapshot":  # snapshots are nodes too: dbt's other read-modify-write
+            return None
+        if (config.get("file_format") or "delta") != "delta":
             return None
         return self._new_transaction(self.Relation.create_from(self.config, node), node.unique_id)
 

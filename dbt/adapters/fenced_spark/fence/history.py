@@ -7,6 +7,10 @@ from typing import Any, Optional, Protocol
 
 TAG_KEY = "dbt_fenced_spark"
 
+# Strategies whose write is a MERGE that keeps Delta's own conflict detection (its commit
+# must read vB); every other write is strict (its commit must be vB+1).
+NATIVE_STRATEGIES = ("merge", "insert", "snapshot")
+
 
 @dataclass(frozen=True)
 class FenceTag:
@@ -22,7 +26,7 @@ class FenceTag:
 
     @property
     def strict(self) -> bool:
-        return self.step != "write" or self.strategy != "merge"
+        return self.step != "write" or self.strategy not in NATIVE_STRATEGIES
 
     def holds(self, commit: "Commit") -> bool | None:
         """Whether `commit`, which carries this tag, passes the fence's check; None when the

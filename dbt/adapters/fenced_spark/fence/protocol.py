@@ -25,6 +25,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     versions,
 )
 from dbt.adapters.fenced_spark.fence.history import (
+    NATIVE_STRATEGIES,
     Commit,
     FenceTag,
     HistoryReader,
@@ -105,7 +106,7 @@ class FenceState:
 
     @property
     def strict(self) -> bool:
-        return self.strategy != "merge"
+        return self.strategy not in NATIVE_STRATEGIES
 
     def tag(self, step: str) -> FenceTag:
         return FenceTag(

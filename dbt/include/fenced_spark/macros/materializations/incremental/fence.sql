@@ -7,6 +7,8 @@
 {% macro fenced_spark__fence_write_sql(strategy, source, target, settings) %}
   {%- if strategy == 'merge' -%}
     {{ return(fenced_merge_sql(source, target, settings)) }}
+  {%- elif strategy == 'insert' -%}
+    {{ return(fenced_insert_sql(source, target, settings)) }}
   {%- elif strategy == 'append_if_unchanged' -%}
     {{ return(fenced_append_if_unchanged_sql(source, target, settings)) }}
   {%- elif strategy == 'replace_where' -%}
@@ -35,10 +37,15 @@
 {% endmacro %}
 
 
+{% macro fence_appends(settings) %}
+  {{ return('merges without unique_key (inserts every row, as in dbt-spark)' if settings.keyless_merge else 'appends') }}
+{% endmacro %}
+
+
 {% macro fenced_incremental(existing_relation, settings) %}
   {%- if settings.reads_self -%}
     {%- set how = 'read {{ this }} at compile time' if adapter.fence_read_at_compile_time() else 'reads {{ this }}' -%}
-    {{ log("fenced_spark: " ~ this ~ " appends and " ~ how ~ ": running as append_if_unchanged (fenced)", info=true) }}
+    {{ log("fenced_spark: " ~ this ~ " " ~ fence_appends(settings) ~ " and " ~ how ~ ": running as append_if_unchanged (fenced)", info=true) }}
   {%- endif -%}
   {#-- 1. vB: captured now, unless the node read its target earlier (at compile time); an
        earlier run of this node that never reached its verdict refuses the run here. From
@@ -50,7 +57,7 @@
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
   {%- do adapter.fence_stage(this, staging, compiled_code) -%}
-  {%- if settings.strategy == 'merge' -%}
+  {%- if settings.strategy in ['merge', 'insert'] -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
 

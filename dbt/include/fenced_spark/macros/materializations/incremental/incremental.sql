@@ -1,6 +1,9 @@
 {% materialization incremental, adapter='fenced_spark', supported_languages=['sql'] -%}
   {%- set settings = fence_validate_config() -%}
   {%- set existing_relation = load_relation(this) -%}
+  {%- if settings.keyless_merge and not settings.reads_self and existing_relation is not none and not should_full_refresh() -%}
+    {{ log("fenced_spark: " ~ this ~ " " ~ fence_appends(settings) ~ " and does not read {{ this }}: a blind append, unfenced as dbt-spark runs it", info=true) }}
+  {%- endif -%}
   {%- if not settings.fenced or existing_relation is none or should_full_refresh() -%}
     {#-- first run, full refresh, fenced: false or an unfenced strategy: dbt-spark as is --#}
     {{ return(materialization_incremental_spark()) }}

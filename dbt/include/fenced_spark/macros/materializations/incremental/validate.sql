@@ -5,6 +5,7 @@
        'unfenced' = as dbt-spark runs it, by design. --#}
   {{ return({
       'merge': 'fenced',
+      'insert': 'fenced',
       'append_if_unchanged': 'fenced',
       'replace_where': 'fenced',
       'microbatch': 'fenced',
@@ -14,60 +15,29 @@
 {% endmacro %}
 
 
-{% macro fence_validate_config() %}
-  {%- set model_name = this.render() -%}
-  {%- set strategies = fence_strategies() -%}
-  {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
-  {%- set strategy = 'append_if_unchanged' if raw_strategy == 'safeappend' else raw_strategy -%}
-  {%- set file_format = config.get('file_format') or 'delta' -%}
+{% macro fence_node_name() %}
+  {#-- How errors name the node: "Model analytics.orders", "Snapshot snapshots.orders_snap". --#}
+  {{ return(('Snapshot ' if model.resource_type == 'snapshot' else 'Model ') ~ this.render()) }}
+{% endmacro %}
+
+
+{% macro fence_validate_common(node_name) %}
+  {#-- The fence's own configs, shared by models and snapshots. --#}
   {%- set fenced_config = config.get('fenced', true) -%}
   {%- set retries = config.get('fence_retries', 0) -%}
-  {%- set unique_key = config.get('unique_key') -%}
-  {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
   {%- set accepted = config.get('fence_accept_unverified') -%}
   {%- set accepted_list = [] if accepted is none else ([accepted] if accepted is not sequence or accepted is string else accepted) -%}
 
-  {% set invalid_strategy_msg -%}
-    Model {{ model_name }}: invalid `incremental_strategy` {{ raw_strategy | tojson }}.
-    Expected one of: {{ strategies.keys() | join(', ') }} (and 'safeappend', a deprecated alias of append_if_unchanged).
-  {%- endset %}
-  {% set safeappend_msg -%}
-    Model {{ model_name }}: `incremental_strategy: safeappend` is deprecated; use 'append_if_unchanged', which does the same.
-  {%- endset %}
   {% set invalid_fenced_msg -%}
-    Model {{ model_name }}: `fenced` must be true or false, got {{ fenced_config | tojson }}.
-  {%- endset %}
-  {% set only_fenced_msg -%}
-    Model {{ model_name }}: strategy '{{ strategy }}' exists only fenced, but `fenced` is false.
-    Remove `fenced: false`, or pick an unfenced strategy ('append' or 'insert_overwrite').
+    {{ node_name }}: `fenced` must be true or false, got {{ fenced_config | tojson }}.
   {%- endset %}
   {% set invalid_retries_msg -%}
-    Model {{ model_name }}: `fence_retries` must be a whole number of retries, 0 or more; got {{ retries | tojson }}.
+    {{ node_name }}: `fence_retries` must be a whole number of retries, 0 or more; got {{ retries | tojson }}.
   {%- endset %}
   {% set invalid_accepted_msg -%}
-    Model {{ model_name }}: `fence_accept_unverified` must be a table version (a whole number) or a list of them, got {{ accepted | tojson }}.
-  {%- endset %}
-  {% set non_delta_msg -%}
-    Model {{ model_name }}: strategy '{{ strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
-    Remove `file_format` (delta is the default) or set it to 'delta'; to run this model unfenced on another format, set `fenced: false`.
-  {%- endset %}
-  {% set missing_key_msg -%}
-    Model {{ model_name }}: the merge strategy needs `unique_key` (a column name or a list of column names) to match source rows to target rows.
-  {%- endset %}
-  {% set invalid_predicates_msg -%}
-    Model {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL strings, got {{ predicates | tojson }}.
-  {%- endset %}
-  {% set missing_predicates_msg -%}
-    Model {{ model_name }}: the replace_where strategy needs `incremental_predicates`: the rows it replaces (e.g. "event_date >= date_sub(current_date(), 3)").
-    Without one it would silently become an append, so this is an error.
+    {{ node_name }}: `fence_accept_unverified` must be a table version (a whole number) or a list of them, got {{ accepted | tojson }}.
   {%- endset %}
 
-  {%- if strategy not in strategies -%}
-    {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
-  {%- endif -%}
-  {%- if raw_strategy == 'safeappend' -%}
-    {% do exceptions.warn(safeappend_msg) %}
-  {%- endif -%}
   {%- if fenced_config is not boolean -%}
     {% do exceptions.raise_compiler_error(invalid_fenced_msg) %}
   {%- endif -%}
@@ -77,17 +47,68 @@
   {%- if accepted_list | reject('integer') | list or accepted_list | select('lt', 0) | list -%}
     {% do exceptions.raise_compiler_error(invalid_accepted_msg) %}
   {%- endif -%}
+  {{ return({'fenced': fenced_config, 'fence_retries': retries, 'fence_accept_unverified': accepted_list}) }}
+{% endmacro %}
+
+
+{% macro fence_validate_config() %}
+  {%- set model_name = fence_node_name() -%}
+  {%- set strategies = fence_strategies() -%}
+  {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
+  {%- set strategy = 'append_if_unchanged' if raw_strategy == 'safeappend' else raw_strategy -%}
+  {%- set file_format = config.get('file_format') or 'delta' -%}
+  {%- set unique_key = config.get('unique_key') -%}
+  {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
+
+  {% set invalid_strategy_msg -%}
+    {{ model_name }}: invalid `incremental_strategy` {{ raw_strategy | tojson }}.
+    Expected one of: {{ strategies.keys() | join(', ') }} (and 'safeappend', a deprecated alias of append_if_unchanged).
+  {%- endset %}
+  {% set safeappend_msg -%}
+    {{ model_name }}: `incremental_strategy: safeappend` is deprecated; use 'append_if_unchanged', which does the same.
+  {%- endset %}
+  {% set only_fenced_msg -%}
+    {{ model_name }}: strategy '{{ strategy }}' exists only fenced, but `fenced` is false.
+    Remove `fenced: false`, or pick an unfenced strategy ('append' or 'insert_overwrite').
+  {%- endset %}
+  {% set non_delta_msg -%}
+    {{ model_name }}: strategy '{{ strategy }}' is fenced and needs a Delta table, but `file_format` is '{{ file_format }}'.
+    Remove `file_format` (delta is the default) or set it to 'delta'; to run this model unfenced on another format, set `fenced: false`.
+  {%- endset %}
+  {% set missing_key_msg -%}
+    {{ model_name }}: the insert strategy needs `unique_key` (a column name or a list of column names): it inserts the rows whose key is not in the table yet.
+    To insert every row, use 'append'.
+  {%- endset %}
+  {% set invalid_predicates_msg -%}
+    {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL strings, got {{ predicates | tojson }}.
+  {%- endset %}
+  {% set missing_predicates_msg -%}
+    {{ model_name }}: the replace_where strategy needs `incremental_predicates`: the rows it replaces (e.g. "event_date >= date_sub(current_date(), 3)").
+    Without one it would silently become an append, so this is an error.
+  {%- endset %}
+
+  {%- if strategy not in strategies -%}
+    {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
+  {%- endif -%}
+  {%- if raw_strategy == 'safeappend' -%}
+    {% do exceptions.warn(safeappend_msg) %}
+  {%- endif -%}
+  {%- set common = fence_validate_common(model_name) -%}
+  {%- set fenced_config = common.fenced -%}
   {%- if not fenced_config and strategy in ['append_if_unchanged', 'replace_where'] -%}
     {% do exceptions.raise_compiler_error(only_fenced_msg) %}
   {%- endif -%}
 
-  {%- set mode = strategies[strategy] -%}
+  {#-- dbt-spark runs a merge without a key as a MERGE that inserts every row (ON FALSE): an
+       append, fenced like one. --#}
+  {%- set keyless_merge = strategy == 'merge' and not unique_key -%}
+  {%- set mode = 'auto' if keyless_merge else strategies[strategy] -%}
   {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this) -%}
   {%- set fenced = fenced_config and (mode == 'fenced' or reads_self) -%}
   {%- if fenced and file_format != 'delta' -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
-  {%- if strategy == 'merge' and not unique_key -%}
+  {%- if strategy == 'insert' and not unique_key -%}
     {% do exceptions.raise_compiler_error(missing_key_msg) %}
   {%- endif -%}
 
@@ -111,8 +132,9 @@
       'configured_strategy': raw_strategy,
       'fenced': fenced,
       'reads_self': reads_self,
-      'fence_retries': retries,
-      'fence_accept_unverified': accepted_list,
+      'keyless_merge': keyless_merge,
+      'fence_retries': common.fence_retries,
+      'fence_accept_unverified': common.fence_accept_unverified,
       'unique_key': unique_key,
       'incremental_predicates': predicate_list,
       'on_schema_change': incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore'),
@@ -121,13 +143,13 @@
 
 
 {% macro fence_validate_target(existing_relation) %}
-  {%- set model_name = this.render() -%}
+  {%- set model_name = fence_node_name() -%}
   {% set view_msg -%}
-    Model {{ model_name }}: the target exists as a view, not a Delta table, so it cannot be fenced.
+    {{ model_name }}: the target exists as a view, not a Delta table, so it cannot be fenced.
     Run once with --full-refresh to replace it with a table, or set `fenced: false`.
   {%- endset %}
   {% set non_delta_msg -%}
-    Model {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced (`file_format` is delta).
+    {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced (`file_format` is delta).
     Run once with --full-refresh to rebuild it as Delta, or set `fenced: false`.
   {%- endset %}
   {%- if existing_relation.is_view -%}

@@ -1,0 +1,27 @@
+{#-- A snapshot's fence configs, checked before any SQL runs, so bad input writes nothing. --#}
+
+{% macro fence_validate_snapshot_config() %}
+  {%- set node_name = fence_node_name() -%}
+  {%- set common = fence_validate_common(node_name) -%}
+  {%- set file_format = config.get('file_format') or 'delta' -%}
+  {% set non_delta_msg -%}
+    {{ node_name }}: a fenced snapshot needs a Delta table, but `file_format` is '{{ file_format }}'.
+    Remove `file_format` (delta is the default) or set it to 'delta'; to run this snapshot unfenced on another format, set `fenced: false`.
+  {%- endset %}
+  {%- if common.fenced and file_format != 'delta' -%}
+    {% do exceptions.raise_compiler_error(non_delta_msg) %}
+  {%- endif -%}
+  {{ return(common) }}
+{% endmacro %}
+
+
+{% macro fence_validate_snapshot_target(target_relation) %}
+  {%- set node_name = fence_node_name() -%}
+  {% set not_delta_msg -%}
+    {{ node_name }}: the snapshot table exists but is not a Delta table, so it cannot be fenced.
+    Rebuild it as Delta (a snapshot is never rebuilt by --full-refresh: drop it and run `dbt snapshot`), or set `fenced: false`.
+  {%- endset %}
+  {%- if target_relation.is_view or target_relation.is_delta == false -%}
+    {% do exceptions.raise_compiler_error(not_delta_msg) %}
+  {%- endif -%}
+{% endmacro %}
