@@ -43,6 +43,7 @@ endef
 
 # The fence tests that also run over a Spark Thrift Server in `make test`.
 THRIFT_TESTS := tests/functional/test_thrift_fence.py tests/functional/test_merge_races.py \
+	tests/functional/test_snapshots.py tests/functional/test_insert_strategy.py \
 	tests/functional/test_node_transaction.py tests/functional/test_merge_fence.py
 
 # Everything on the embedded session, then the fence over thrift (one server, started once).

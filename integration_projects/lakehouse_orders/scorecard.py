@@ -57,6 +57,9 @@ class Race:
     effect: str  # a count query: 1 when the foreign writer's change is in the table
     flags_day: Callable[[int], tuple] = lambda day: ()
     upstream: bool = False  # its inputs are models: bring them to day 2 before the race
+    command: str = "run"  # `snapshot` for a snapshot
+    key_where: str = ""  # which rows `key` must be unique in
+    contents: str = "select * from {t}"  # what the final tables are compared on
 
 
 def day_window(day: int) -> tuple:
@@ -105,6 +108,31 @@ RACES = {
         "insert into {t} values (100, 1, 'late', timestamp'2026-01-02 12:00:00', 2)",
         "event_id",
         "select count(*) from {t} where event_id = 100",
+    ),
+    "insert": Race(
+        "insert (stock: merge on the key)",
+        "merge",
+        "order_inserts",
+        "day 2's run loads the events it does not have yet; a double-fired job loads day 2's"
+        " events too",
+        "insert into {t} select event_id, order_id, event_type, event_ts"
+        " from {s}.raw_events where day = 2",
+        "event_id",
+        "select count(*) from {t} where event_id = 4",
+    ),
+    "snapshot": Race(
+        "snapshot (check strategy)",
+        "snapshot",
+        "orders_snapshot",
+        "day 2's dbt snapshot records order 1 shipping; a notebook corrects order 1's current"
+        " row in the snapshot table (amount 999)",
+        "update {t} set amount = 999 where order_id = 1 and dbt_valid_to is null",
+        "order_id",
+        "select count(*) from {t} where order_id = 1 and amount = 999",
+        command="snapshot",
+        key_where="where dbt_valid_to is null",
+        # dbt's ids and timestamps differ between any two runs
+        contents="select order_id, status, amount, dbt_valid_to is null as is_current from {t}",
     ),
     "replace_where": Race(
         "replace_where",
@@ -343,16 +371,22 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
     if target not in house.seeded:  # races never write the seeds: load them once per target
         dbt("seed", "--full-refresh", *day1, target=target, lakehouse=lakehouse)
         house.seeded.add(target)
-    dbt(
-        "run",
-        "--full-refresh",
-        "--select",
-        f"+{race.model}",
-        *day1,
-        *race.flags_day(1),
-        target=target,
-        lakehouse=lakehouse,
-    )
+    if race.command == "snapshot":
+        # dbt never rebuilds a snapshot (not even with --full-refresh): drop it, and day 1
+        # creates it anew.
+        house.client().sql(f"drop table if exists {table}")
+        dbt("snapshot", "--select", race.model, *day1, target=target, lakehouse=lakehouse)
+    else:
+        dbt(
+            "run",
+            "--full-refresh",
+            "--select",
+            f"+{race.model}",
+            *day1,
+            *race.flags_day(1),
+            target=target,
+            lakehouse=lakehouse,
+        )
     root = house.client()
     start = history(root, table)[-1].version
     foreign_sql = race.foreign.format(t=table, s=schema)
@@ -393,7 +427,7 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
     errors: list[str] = []
     with race_window(open_race_window):
         result = dbt(
-            "run",
+            race.command,
             "--select",
             race.model,
             "--vars",
@@ -431,9 +465,10 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
         if commit.writer == "foreign writer":
             outcome.foreign_version = row.version
     prove_timing(race, timing, outcome)
-    outcome.rows = [tuple(r) for r in root.sql(f"select * from {table}").collect()]
+    outcome.rows = [tuple(r) for r in root.sql(race.contents.format(t=table)).collect()]
     outcome.foreign_effect_present = root.sql(race.effect.format(t=table)).collect()[0][0] > 0
-    keys = Counter(r[0] for r in root.sql(f"select {race.key} from {table}").collect())
+    keyed = f"select {race.key} from {table} {race.key_where}"
+    keys = Counter(r[0] for r in root.sql(keyed).collect())
     outcome.duplicated = sum(n - 1 for n in keys.values() if n > 1)
     return outcome
 

@@ -28,6 +28,7 @@ from tests.functional.lakehouse import (
 )
 from tests.functional.test_merge_races import ORDERS
 from tests.functional.test_node_transaction import COMPILE_TIME_WATERMARK
+from tests.functional.test_snapshots import AUDIT_2, SHIP_1, SNAPSHOT
 from tests.functional.test_strict_races import APPENDED
 
 DOC = Path(REPO) / "docs" / "errors.md"
@@ -216,6 +217,10 @@ class TestErrorsCatalogue:
         return {"own_microbatch.sql": OWN_MICROBATCH_MACRO}
 
     @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"orders_snap.sql": SNAPSHOT}
+
+    @pytest.fixture(scope="class")
     def models(self):
         config_errors = {f"{name}.sql": model(config) for name, config in CONFIG_ERRORS.values()}
         return {
@@ -271,6 +276,14 @@ class TestErrorsCatalogue:
         run_dbt(["run", "--select", "legacy"], callbacks=[collect])
         catalogue("E109", "\n".join(warnings))
         assert history(spark, f"{project.test_schema}.legacy")[-1].operation.startswith("CREATE")
+
+    @produces("E116")
+    def test_snapshot_config_error(self, project, spark, catalogue):
+        table = f"{project.test_schema}.orders_snap"
+        spark.sql(f"drop table if exists {table}")
+        results = run_dbt(["snapshot", *run_vars(retries=-1)], expect_pass=False)
+        catalogue("E116", message_of(results))
+        assert not table_exists(spark, table)
 
     @produces("E111")
     def test_microbatch_without_batches(self, project, spark, catalogue):
@@ -465,6 +478,18 @@ class TestErrorsCatalogue:
             (4, "open"),
             (9, "late"),
         ]
+
+    @produces("E215")
+    def test_a_snapshot_refused(self, project, spark, monkeypatch, catalogue):
+        table = f"{project.test_schema}.orders_snap"
+        spark.sql(f"drop table if exists {table}")
+        run_dbt(["snapshot"])
+        vb = history(spark, table)[-1].version
+        writer = ForeignAt(monkeypatch, spark, "staged", AUDIT_2.format(t=table))
+        results = run_dbt(["snapshot", *run_vars(rows=SHIP_1)], expect_pass=False)
+        assert writer.fired == 1
+        assert [e.operation for e in self.landed_after(spark, table, vb)] == ["UPDATE"]
+        catalogue("E215", message_of(results))
 
     @produces("E213")
     def test_an_earlier_run_left_an_unverified_commit(self, project, spark, catalogue):

@@ -124,6 +124,6 @@ class TestStockSameJob(StockSparkProfile, InsertRace):
             project, spark, monkeypatch, "during", False, strategy=strategy
         )
         message = results.results[0].message
-        assert "DELTA_CONCURRENT_APPEND" in message and "An error occurred while calling" in message
+        assert "DELTA_CONCURRENT_APPEND" in message and "Please retry the operation" in message
         assert [e.operation for e in after] == ["WRITE"]
         assert rows(spark, TABLE.format(t=table)) == UNTOUCHED

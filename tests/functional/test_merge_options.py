@@ -4,7 +4,7 @@ import json
 import re
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from tests.functional.lakehouse import history, ours, rows
 
@@ -128,3 +128,51 @@ class TestEmittedSql:
         assert len(names) == 4 and all(n.startswith("orders__fence_") for n in names)
         other = project.adapter.Relation.create(schema="s", identifier="orders2")
         assert other.staging_view("inv-1").render() not in names
+
+
+KEYLESS = """
+{{ config(materialized='incremental', incremental_strategy='merge') }}
+select id from range({{ var('lo', 0) }}, {{ var('hi', 3) }})
+"""
+KEYLESS_WATERMARK = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key=[]) }}
+select id from range(0, {{ var('hi', 3) }})
+{% if is_incremental() %} where id > (select max(id) from {{ this }}) {% endif %}
+"""
+
+
+class TestKeylessMerge:
+    """A merge without unique_key inserts every row, as dbt-spark's does; fenced like append."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"keyless.sql": KEYLESS, "keyless_watermark.sql": KEYLESS_WATERMARK}
+
+    def test_a_blind_keyless_merge_appends_unfenced(self, project, spark):
+        run_dbt(["run", "--select", "keyless"])
+        table = f"{project.test_schema}.keyless"
+        _, output = run_dbt_and_capture(
+            ["run", "--select", "keyless", "--vars", json.dumps({"lo": 2, "hi": 4})]
+        )
+        assert (
+            "merges without unique_key (inserts every row, as in dbt-spark) and does not read "
+            "{{ this }}: a blind append, unfenced as dbt-spark runs it"
+        ) in output
+        assert rows(spark, f"select id from {table} order by id") == [(0,), (1,), (2,), (2,), (3,)]
+        commit = history(spark, table)[-1]
+        assert commit.operation == "MERGE" and commit.tag is None  # dbt-spark's MERGE ON FALSE
+
+    def test_a_keyless_merge_that_reads_this_is_fenced(self, project, spark):
+        run_dbt(["run", "--select", "keyless_watermark"])
+        table = f"{project.test_schema}.keyless_watermark"
+        vb = history(spark, table)[-1].version
+        _, output = run_dbt_and_capture(
+            ["run", "--select", "keyless_watermark", "--vars", json.dumps({"hi": 5})]
+        )
+        assert (
+            "merges without unique_key (inserts every row, as in dbt-spark) and reads {{ this }}: "
+            "running as append_if_unchanged (fenced)"
+        ) in output
+        assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
+        commit = history(spark, table)[-1]
+        assert commit.version == vb + 1 and commit.tag["strategy"] == "append_if_unchanged"

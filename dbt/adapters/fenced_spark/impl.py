@@ -21,6 +21,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     Outcome,
     engine_message,
     first_lines,
+    node_kind,
 )
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
@@ -381,16 +382,17 @@ class FencedSparkAdapter(SparkAdapter):
             # A retry recomputes from the new vB: same staging view, pinned anew.
             self._stage(relation, staging, compiled_code, new)
 
-        no_retry = None
+        no_retry, node = None, node_kind(state.strategy)
         if txn.compile_reads:
             no_retry = (
-                f"this model read {state.display} at compile time (run_query, statement), and "
+                f"this {node} read {state.display} at compile time (run_query, statement), and "
                 f"a retry would reuse what it read at v{state.read_version}; a re-run compiles "
-                "the model again"
+                f"the {node} again"
             )
         elif txn.stepped:
+            changes = "new columns" if node == "snapshot" else "schema changes"
             no_retry = (
-                f"this model's pre-hooks or schema changes write {state.display}, and a retry "
+                f"this {node}'s pre-hooks or {changes} write {state.display}, and a retry "
                 "would redo only the write"
             )
         try:

@@ -52,6 +52,11 @@ class Outcome(StrEnum):
     NOT_REVERTED = "written_not_reverted"
 
 
+def node_kind(strategy: str) -> str:
+    """What the messages call the node: a snapshot's MERGE is tagged `snapshot`."""
+    return "snapshot" if strategy == "snapshot" else "model"
+
+
 def versions(commits: list[Commit]) -> str:
     """`v3 WRITE, v5 UPDATE`: commits named briefly, where the message lists them in full."""
     return ", ".join(f"v{c.version} {c.operation}" for c in commits)
@@ -154,6 +159,7 @@ class FenceReport:
         )
 
     def message(self) -> str:
+        node = node_kind(self.strategy)
         if self.gone:
             landed = f"    - the table itself: {self.gone.value}"
         elif self.landed:
@@ -178,20 +184,20 @@ class FenceReport:
         if self.no_retry and self.retries:
             lines.append(f"  not retried (fence_retries: {self.retries}): {self.no_retry}.")
         if not self.nothing_of_ours_remains:
-            lines.append("  what to do: fix the table by hand as above, then re-run the model.")
+            lines.append(f"  what to do: fix the table by hand as above, then re-run the {node}.")
         elif self.gone == Gone.DROPPED:
-            lines.append("  what to do: re-run the model; its first run creates the table anew.")
+            lines.append(f"  what to do: re-run the {node}; its first run creates the table anew.")
         elif self.gone == Gone.NOT_DELTA:
             lines.append(
-                "  what to do: run the model once with --full-refresh to rebuild the table as "
+                f"  what to do: run the {node} once with --full-refresh to rebuild the table as "
                 "Delta; a plain re-run refuses a table that is not Delta."
             )
         elif self.steps or self.no_retry:
-            lines.append("  what to do: re-run the model; it recomputes from the new version.")
+            lines.append(f"  what to do: re-run the {node}; it recomputes from the new version.")
         else:
             lines.append(
-                "  what to do: re-run the model; it recomputes from the new version. "
-                "To do that automatically, set `fence_retries: N` on the model."
+                f"  what to do: re-run the {node}; it recomputes from the new version. "
+                f"To do that automatically, set `fence_retries: N` on the {node}."
             )
         return "\n".join(lines)
 
@@ -240,7 +246,7 @@ class FenceUnverified(DbtRuntimeError):
                     f"{expected}, the write is right. Otherwise another writer came first: if "
                     "nothing after it needs keeping, undo it with "
                     f"`RESTORE TABLE {table} TO VERSION AS OF <its version - 1>`. Then re-run "
-                    "the model.",
+                    f"the {node_kind(strategy)}.",
                 ]
             )
         )
@@ -282,8 +288,9 @@ class FenceUnresolved(DbtRuntimeError):
         super().__init__(
             "\n".join(
                 [
-                    f"Fenced {strategy} into {table} refused: an earlier run of this model left "
-                    f"a commit that fails the fence's check, and nothing since has undone it.",
+                    f"Fenced {strategy} into {table} refused: an earlier run of this "
+                    f"{node_kind(strategy)} left a commit that fails the fence's check, and "
+                    "nothing since has undone it.",
                     f"  its commit: {commit.describe()}, step {tag.step}; {check}.",
                     "  landed before it:",
                     *landed,
@@ -294,7 +301,8 @@ class FenceUnresolved(DbtRuntimeError):
                     f"  what to do: inspect `DESCRIBE HISTORY {table}`. To undo that commit, run "
                     f"`RESTORE TABLE {table} TO VERSION AS OF {commit.version - 1}`{also}. If "
                     f"the table is right as it is, set `fence_accept_unverified: "
-                    f"{commit.version}` on the model. Then re-run the model.",
+                    f"{commit.version}` on the {node_kind(strategy)}. Then re-run the "
+                    f"{node_kind(strategy)}.",
                 ]
             )
         )
