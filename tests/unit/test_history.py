@@ -108,3 +108,15 @@ def test_writer_names_dbt_runs_and_other_engines():
     assert notebook.describe() == "v7 UPDATE by ana via Spark 4"
     job = Commit(8, "WRITE", 7, "nightly backfill", engine_info="Spark 4")
     assert job.describe() == 'v8 WRITE by an unnamed writer ("nightly backfill") via Spark 4'
+
+
+def test_merge_shaped_writes_keep_deltas_conflict_detection_and_every_other_write_is_strict():
+    for strategy in ("merge", "insert", "snapshot"):
+        write = FenceTag("inv-1", "snapshot.p.s", strategy, 4, step="write", expected_version=4)
+        assert not write.strict
+        assert write.holds(Commit(7, "MERGE", 4, write.to_json())) is True  # read vB
+        assert write.holds(Commit(5, "MERGE", 3, write.to_json())) is False
+        step = FenceTag("inv-1", "snapshot.p.s", strategy, 4, step="schema_change")
+        assert step.strict
+    for strategy in ("append_if_unchanged", "replace_where", "microbatch"):
+        assert FenceTag("inv-1", "model.p.m", strategy, 4).strict

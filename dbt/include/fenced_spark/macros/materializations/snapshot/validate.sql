@@ -19,7 +19,7 @@
   {%- set node_name = fence_node_name() -%}
   {% set not_delta_msg -%}
     {{ node_name }}: the snapshot table exists but is not a Delta table, so it cannot be fenced.
-    Rebuild it as Delta (a snapshot is never rebuilt by --full-refresh: drop it and run `dbt snapshot`), or set `fenced: false`.
+    Rebuild it as Delta (dbt never rebuilds a snapshot: drop it, then run `dbt snapshot`), or set `fenced: false`.
   {%- endset %}
   {%- if target_relation.is_view or target_relation.is_delta == false -%}
     {% do exceptions.raise_compiler_error(not_delta_msg) %}
