@@ -211,3 +211,14 @@ def test_a_history_read_that_fails_after_the_write_never_claims_nothing_was_writ
 def test_no_commit_of_ours_on_a_replaced_table_is_not_no_change():
     text = unverified("merge", lambda: [Commit(0, "CREATE TABLE", None, None)])
     assert "history now ends at v0, before v4: replaced after the write" in text
+
+
+def test_a_snapshot_is_called_a_snapshot_and_never_told_to_full_refresh():
+    from dbt.adapters.fenced_spark.fence.errors import Gone
+
+    snap = FenceReport("snapshot", "s.snap", 12, Outcome.NEVER_WRITTEN, LANDED)
+    text = str(FenceViolation(snap))
+    assert "re-run the snapshot" in text and "on the snapshot" in text and "model" not in text
+    gone = FenceReport("snapshot", "s.snap", 12, Outcome.NEVER_WRITTEN, gone=Gone.NOT_DELTA)
+    text = str(FenceViolation(gone))
+    assert "drop the table, then run the snapshot" in text and "--full-refresh" not in text

@@ -187,6 +187,12 @@ class FenceReport:
             lines.append(f"  what to do: fix the table by hand as above, then re-run the {node}.")
         elif self.gone == Gone.DROPPED:
             lines.append(f"  what to do: re-run the {node}; its first run creates the table anew.")
+        elif self.gone == Gone.NOT_DELTA and node == "snapshot":
+            # dbt never rebuilds a snapshot: --full-refresh would not help.
+            lines.append(
+                "  what to do: drop the table, then run the snapshot to create it anew as "
+                "Delta; a plain re-run refuses a table that is not Delta."
+            )
         elif self.gone == Gone.NOT_DELTA:
             lines.append(
                 f"  what to do: run the {node} once with --full-refresh to rebuild the table as "
@@ -285,11 +291,12 @@ class FenceUnresolved(DbtRuntimeError):
             else ""
         )
         landed = [f"    - {c.describe()}" for c in before] or ["    - (not in the history)"]
+        node = node_kind(strategy)
         super().__init__(
             "\n".join(
                 [
                     f"Fenced {strategy} into {table} refused: an earlier run of this "
-                    f"{node_kind(strategy)} left a commit that fails the fence's check, and "
+                    f"{node} left a commit that fails the fence's check, and "
                     "nothing since has undone it.",
                     f"  its commit: {commit.describe()}, step {tag.step}; {check}.",
                     "  landed before it:",
@@ -301,8 +308,7 @@ class FenceUnresolved(DbtRuntimeError):
                     f"  what to do: inspect `DESCRIBE HISTORY {table}`. To undo that commit, run "
                     f"`RESTORE TABLE {table} TO VERSION AS OF {commit.version - 1}`{also}. If "
                     f"the table is right as it is, set `fence_accept_unverified: "
-                    f"{commit.version}` on the {node_kind(strategy)}. Then re-run the "
-                    f"{node_kind(strategy)}.",
+                    f"{commit.version}` on the {node}. Then re-run the {node}.",
                 ]
             )
         )
