@@ -18,7 +18,7 @@ setup: $(STAMP)
 $(STAMP): setup.py requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[thrift]' -r requirements-dev.txt
+	$(PY) -m pip install --quiet -e '.[thrift,connect]' -r requirements-dev.txt
 	touch $(STAMP)
 
 demo: setup
@@ -42,7 +42,7 @@ define pytest
 endef
 
 # The fence tests that also run over a Spark Thrift Server in `make test`.
-THRIFT_TESTS := tests/functional/test_thrift_fence.py tests/functional/test_merge_races.py \
+THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_merge_races.py \
 	tests/functional/test_snapshots.py tests/functional/test_insert_strategy.py \
 	tests/functional/test_node_transaction.py tests/functional/test_merge_fence.py
 

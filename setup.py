@@ -34,5 +34,7 @@ setup(
     ],
     extras_require={
         "thrift": ["dbt-spark[PyHive]~=1.11.0"],
+        # pyspark's Spark Connect client: gRPC, Arrow and pandas.
+        "connect": ["pyspark[connect]~=4.1.0"],
     },
 )

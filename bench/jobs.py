@@ -190,7 +190,7 @@ def run(house: Lakehouse, rows: int, runs: int, thrift: bool = True) -> list[Cou
     with probe.tagging():
         out += _measure(house, "session", runs, probe)
     if thrift:
-        server = house.start_thrift()
-        build_source(house.thrift_sql, f"bench_src_{TAG}", rows, runs)
+        server = house.start_server("thrift")
+        build_source(lambda sql: house.server_sql("thrift", sql), f"bench_src_{TAG}", rows, runs)
         out += _measure(house, "thrift", runs, ThriftProbe(server))
     return out

@@ -1,11 +1,12 @@
 """The benchmark's lakehouse: one embedded Spark + Delta JVM for the whole process, dbt invoked
-in this process (stock dbt-spark and fenced_spark alike), and an optional Thrift server."""
+in this process (stock dbt-spark and fenced_spark alike), and the harness's Thrift and Connect
+servers when a part asks for them."""
 
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +116,8 @@ class Lakehouse:
         # fenced_spark's own builder starts the JVM, as a first fenced dbt run would; stock
         # dbt-spark's session cursor then joins it (getOrCreate).
         self.spark = session.root_session(self.creds)
-        self.server: Any = None
+        self.servers: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
 
     def connection(self) -> Any:
         """A session exactly as fenced_spark opens one per dbt connection."""
@@ -126,32 +128,57 @@ class Lakehouse:
         # stock dbt-spark runs on.
         return self.connection().sql(statement).collect()
 
-    def start_thrift(self) -> Any:
-        if self.server is None:
+    def start_server(self, kind: str) -> Any:
+        """The harness's Thrift or Connect server for this lakehouse, started once."""
+        if kind not in self.servers:
             sys.path.insert(0, REPO)
-            from tests import thrift_server
+            from tests.harness import servers
 
-            self.server = thrift_server.start(
-                os.path.join(self.workdir, "thrift"), self.creds.jars_cache
-            )
-            os.environ["BENCH_THRIFT_PORT"] = str(self.server.port)
-        return self.server
+            server = servers.start(kind, os.path.join(self.workdir, kind), self.creds.jars_cache)
+            self.servers[kind] = server
+            # read by project/profiles.yml
+            os.environ[f"BENCH_{kind.upper()}_PORT"] = str(server.port)
+        return self.servers[kind]
 
-    def thrift_sql(self, statement: str) -> list[Any]:
-        return self.start_thrift().client().sql(statement).collect()
+    def server_sql(self, kind: str, statement: str) -> list[Any]:
+        server = self.start_server(kind)
+        if kind not in self.clients:
+            self.clients[kind] = server.client()
+        return self.clients[kind].sql(statement).collect()
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()
+        self.clients.clear()
 
-    def run_batch(self, model: str, batch: int, target: str, tag: str) -> dict[str, Any]:
+    def run_batch(
+        self,
+        model: str,
+        batch: int,
+        target: str,
+        tag: str,
+        callbacks: Sequence[Callable[[Any], None]] = (),
+    ) -> dict[str, Any]:
         """One incremental run of `model` on source batch `batch`."""
         return self.dbt(
-            "run", "--select", model, "--vars", json.dumps({"batch": batch}), target=target, tag=tag
+            "run",
+            "--select",
+            model,
+            "--vars",
+            json.dumps({"batch": batch}),
+            target=target,
+            tag=tag,
+            callbacks=callbacks,
         )
 
-    def dbt(self, *args: str, target: str, tag: str) -> dict[str, Any]:
+    def dbt(
+        self,
+        *args: str,
+        target: str,
+        tag: str,
+        callbacks: Sequence[Callable[[Any], None]] = (),
+    ) -> dict[str, Any]:
         """Runs dbt here, in this process; returns its run_results.json."""
         os.environ["BENCH_TAG"] = tag
         # One target path per target: each keeps its own partial-parse state.
@@ -162,7 +189,7 @@ class Lakehouse:
             if event.info.level == "error":
                 errors.append(event.info.msg)
 
-        result = dbtRunner(callbacks=[collect]).invoke(
+        result = dbtRunner(callbacks=[collect, *callbacks]).invoke(
             [
                 "--quiet",
                 *args,

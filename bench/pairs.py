@@ -1,9 +1,18 @@
 """Part 1: the same incremental model under stock dbt-spark and fenced_spark, A B A B."""
 
+import random
+import re
 import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any
 
 from bench.lakehouse import Lakehouse, build_source, rows_label
+from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 
 # fenced strategy -> (model, the stock dbt-spark strategy it is compared with)
 STRATEGIES = {
@@ -13,16 +22,57 @@ STRATEGIES = {
 }
 ORDER = ("stock", "fenced")  # A, B
 
+# The statements only the fence sends (fence/protocol.py, impl.py, the fenced
+# materialization), as dbt logs them. The staging view is `<model>__fence_<12 hex>`
+# (FencedSparkRelation.staging_view).
+_STAGING = r"\S*__fence_[0-9a-f]{12}"
+FENCE_KINDS = [
+    (r"^(set|reset) spark\.databricks\.delta\.", "SET / RESET"),  # the commit tag, strictness
+    (rf"^create (or replace )?temporary view {_STAGING}", "staging view"),
+    (rf"^describe (table )?(extended )?{_STAGING}", "staging view's columns"),  # unique_key
+    (rf"^drop view (if exists )?{_STAGING}", "DROP VIEW"),
+    (r"^describe history", "DESCRIBE HISTORY"),
+    (r"^describe detail", "DESCRIBE DETAIL"),  # the table's location, for delta.`path` reads
+    (r"^restore table", "RESTORE"),  # a revert; never in a clean run
+]
+LOG_READS = "history reads (LogTail)"
+# Stock dbt-spark's temp view: the statement the fence's staging view stands in for.
+STOCK_VIEW = "temporary view"
+
+# Fixed: re-rendering the same pairs gives the same intervals.
+SEED = 20251124
+RESAMPLES = 10_000
+
 
 @dataclass
 class Pair:
     batch: int
     stock: float
     fenced: float
+    # The fenced run's own fence time (seconds): its statements by kind, its history reads.
+    # Zero and empty in results from before it was measured.
+    fence: float = 0.0
+    fence_parts: dict[str, float] = field(default_factory=dict)
+    fence_counts: dict[str, int] = field(default_factory=dict)
+    stock_view: float = 0.0
 
     @property
     def ratio(self) -> float:
         return self.fenced / self.stock
+
+
+def median_interval(
+    values: Sequence[float],
+    confidence: float = 0.95,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median."""
+    rng = random.Random(seed)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = int((1 - confidence) / 2 * resamples)
+    return medians[tail], medians[resamples - 1 - tail]
 
 
 @dataclass
@@ -38,16 +88,129 @@ class Series:
     def ratios(self) -> list[float]:
         return [p.ratio for p in self.pairs]
 
+    @property
+    def fence_measured(self) -> bool:
+        return any(p.fence_parts for p in self.pairs)
+
     def summary(self) -> dict[str, float]:
         ratios = self.ratios()
+        differences = [p.fenced - p.stock for p in self.pairs]
+        ratio_low, ratio_high = median_interval(ratios)
+        difference_low, difference_high = median_interval(differences)
         return {
             "median": statistics.median(ratios),
+            "low": ratio_low,
+            "high": ratio_high,
             "min": min(ratios),
             "max": max(ratios),
             "stock_median_s": statistics.median(p.stock for p in self.pairs),
             "fenced_median_s": statistics.median(p.fenced for p in self.pairs),
-            "difference_s": statistics.median(p.fenced - p.stock for p in self.pairs),
+            "difference_s": statistics.median(differences),
+            "difference_low_s": difference_low,
+            "difference_high_s": difference_high,
+            "fence_s": statistics.median(p.fence for p in self.pairs),
+            "fence_share": statistics.median(p.fence / p.fenced for p in self.pairs),
+            "stock_view_s": statistics.median(p.stock_view for p in self.pairs),
         }
+
+    def part(self, kind: str) -> tuple[float, float]:
+        """The median seconds and statements per fenced run of one kind of fence work."""
+        return (
+            statistics.median(p.fence_parts.get(kind, 0.0) for p in self.pairs),
+            statistics.median(p.fence_counts.get(kind, 0) for p in self.pairs),
+        )
+
+
+def statement_kind(sql: str) -> str | None:
+    # dbt prefixes its query comment; Spark takes any case and spacing.
+    text = re.sub(r"/\*.*?\*/|--[^\n]*", " ", sql, flags=re.S).strip().lower()
+    text = re.sub(r"\s+", " ", text)
+    for pattern, kind in FENCE_KINDS:
+        if re.match(pattern, text):
+            return kind
+    return STOCK_VIEW if re.match(r"^create (or replace )?temporary view", text) else None
+
+
+class FenceClock:
+    """The fence's own time in the dbt runs it watches. Statements come from dbt's query log:
+    `SQLQuery` names the statement, then `SQLQueryStatus` on the same thread carries its
+    `elapsed`. On the session the history reads go to `LogTail` and never reach the query
+    log, so its methods are wrapped, in this process only, while `reading_log` lasts."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self._running: dict[str, str] = {}  # thread -> kind of the statement it runs
+        self._local = threading.local()
+
+    def take(self) -> tuple[dict[str, float], dict[str, int]]:
+        out = self.seconds, self.counts
+        self.seconds, self.counts, self._running = {}, {}, {}
+        return out
+
+    def _add(self, kind: str, seconds: float, count: int = 1) -> None:
+        self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+        self.counts[kind] = self.counts.get(kind, 0) + count
+
+    def event(self, event: Any) -> None:
+        thread = event.info.thread
+        if event.info.name == "SQLQuery":
+            kind = statement_kind(event.data.sql)
+            # LogTail's fallback (DESCRIBE HISTORY) is already in the LogTail's time.
+            if kind is None or getattr(self._local, "depth", 0):
+                self._running.pop(thread, None)
+            else:
+                self._running[thread] = kind
+        elif event.info.name == "SQLQueryStatus" and thread in self._running:
+            self._add(self._running.pop(thread), float(event.data.elapsed))
+
+    @contextmanager
+    def _log_read(self, count: int = 1) -> Iterator[None]:
+        # Only the outermost call counts: LogTail's methods call each other.
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+            if depth == 0:
+                self._add(LOG_READS, time.perf_counter() - started, count)
+
+    def _timed(self, read: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(read)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self._log_read():
+                return read(*args, **kwargs)
+
+        return timed
+
+    def _timed_lazily(self, read: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        # `recent` is a generator: its work happens at each next(), as the fence stops early.
+        @wraps(read)
+        def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            items, done, first = read(*args, **kwargs), object(), True
+            while True:
+                with self._log_read(count=int(first)):
+                    item = next(items, done)
+                if item is done:
+                    return
+                first = False
+                yield item
+
+        return timed
+
+    @contextmanager
+    def reading_log(self) -> Iterator[None]:
+        originals = {k: getattr(LogTail, k) for k in ("latest_version", "commits_since", "recent")}
+        LogTail.latest_version = self._timed(originals["latest_version"])  # type: ignore[method-assign]
+        LogTail.commits_since = self._timed(originals["commits_since"])  # type: ignore[method-assign]
+        LogTail.recent = self._timed_lazily(originals["recent"])  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            for name, method in originals.items():
+                setattr(LogTail, name, method)
 
 
 def model_seconds(results: dict, adapter: str) -> float:
@@ -70,31 +233,49 @@ def checksum(house: Lakehouse, table: str) -> tuple:
     return tuple(row)
 
 
+def measure(house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str) -> Pair:
+    seconds, parts, counts = {}, {}, {}
+    for adapter in ORDER:
+        clock.take()  # nothing from between runs (a full refresh's compile-time reads)
+        results = house.run_batch(model, batch, target=adapter, tag=tag, callbacks=[clock.event])
+        seconds[adapter] = model_seconds(results, adapter)
+        parts[adapter], counts[adapter] = clock.take()
+    fence_parts = {k: v for k, v in parts["fenced"].items() if k != STOCK_VIEW}
+    return Pair(
+        batch,
+        seconds["stock"],
+        seconds["fenced"],
+        fence=sum(fence_parts.values()),
+        fence_parts=fence_parts,
+        fence_counts={k: v for k, v in counts["fenced"].items() if k != STOCK_VIEW},
+        stock_view=parts["stock"].get(STOCK_VIEW, 0.0),
+    )
+
+
 def run(house: Lakehouse, sizes: tuple[int, ...], pairs: int, warmup: int) -> list[Series]:
     out = []
-    for rows in sizes:
-        tag = rows_label(rows)
-        build_source(house.sql, f"bench_src_{tag}", rows, warmup + pairs)
-        for strategy, (model, stock_strategy) in STRATEGIES.items():
-            series = Series(rows, strategy, stock_strategy)
-            for adapter in ORDER:
-                house.dbt("run", "--full-refresh", "--select", model, target=adapter, tag=tag)
-            for batch in range(1, warmup + pairs + 1):
-                seconds = {}
+    clock = FenceClock()
+    with clock.reading_log():
+        for rows in sizes:
+            tag = rows_label(rows)
+            build_source(house.sql, f"bench_src_{tag}", rows, warmup + pairs)
+            for strategy, (model, stock_strategy) in STRATEGIES.items():
+                series = Series(rows, strategy, stock_strategy)
                 for adapter in ORDER:
-                    results = house.run_batch(model, batch, target=adapter, tag=tag)
-                    seconds[adapter] = model_seconds(results, adapter)
-                pair = Pair(batch, seconds["stock"], seconds["fenced"])
-                (series.warmup if batch <= warmup else series.pairs).append(pair)
-                print(
-                    f"  {rows_label(rows)} {strategy:<20} batch {batch}: stock {pair.stock:6.2f}s"
-                    f"  fenced {pair.fenced:6.2f}s  ratio {pair.ratio:.3f}"
-                    + ("  (warm-up)" if batch <= warmup else ""),
-                    flush=True,
-                )
-            stock = checksum(house, f"bench_stock_{tag}.{model}")
-            fenced = checksum(house, f"bench_fenced_{tag}.{model}")
-            series.identical = stock == fenced
-            series.table_rows = int(fenced[0])
-            out.append(series)
+                    house.dbt("run", "--full-refresh", "--select", model, target=adapter, tag=tag)
+                for batch in range(1, warmup + pairs + 1):
+                    pair = measure(house, clock, model, batch, tag)
+                    (series.warmup if batch <= warmup else series.pairs).append(pair)
+                    print(
+                        f"  {tag} {strategy:<20} batch {batch}: stock {pair.stock:6.2f}s"
+                        f"  fenced {pair.fenced:6.2f}s  ratio {pair.ratio:.3f}"
+                        f"  fence's own {pair.fence * 1000:5.0f} ms"
+                        + ("  (warm-up)" if batch <= warmup else ""),
+                        flush=True,
+                    )
+                stock = checksum(house, f"bench_stock_{tag}.{model}")
+                fenced = checksum(house, f"bench_fenced_{tag}.{model}")
+                series.identical = stock == fenced
+                series.table_rows = int(fenced[0])
+                out.append(series)
     return out

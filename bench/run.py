@@ -43,7 +43,7 @@ class Size:
 SIZES = {
     "ci": Size(
         pair_rows=(100_000,),
-        pairs=5,
+        pairs=15,
         warmup=1,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,
@@ -56,7 +56,7 @@ SIZES = {
     ),
     "full": Size(
         pair_rows=(100_000, 2_000_000),
-        pairs=5,
+        pairs=15,
         warmup=1,
         history_commits=(10, 1_000, 10_000),
         history_reps=15,

@@ -1,5 +1,6 @@
-"""Profiles are chosen here: one embedded Spark + Delta JVM, or one Spark Thrift Server,
-for the whole pytest process."""
+"""Profiles are chosen here: one embedded Spark + Delta JVM, one Spark Thrift Server or one
+Spark Connect server for the whole pytest process; with --cluster the server's executors run
+on a Spark standalone cluster (other JVMs) started for the run."""
 
 import getpass
 import os
@@ -11,7 +12,8 @@ pytest_plugins = ["dbt.tests.fixtures.project"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-PROFILES = ("session", "thrift")
+PROFILES = ("session", "thrift", "connect")
+SERVERS = ("thrift", "connect")
 
 # Tables in tests are tiny: Spark's 200 shuffle partitions and Delta's 50 snapshot
 # partitions make every commit's state rebuild a 50-task job, which halves the suite's speed
@@ -29,7 +31,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store",
         default="session",
         choices=PROFILES,
-        help="session: embedded Spark + Delta; thrift: a Spark Thrift Server started for the run",
+        help="session: embedded Spark + Delta; thrift / connect: a Spark Thrift Server / Spark "
+        "Connect server started for the run",
+    )
+    parser.addoption(
+        "--cluster",
+        action="store_true",
+        help="run the server's executors on a Spark standalone cluster (master + worker JVMs)",
     )
 
 
@@ -37,11 +45,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "skip_profile(*profiles, reason): skip on these profiles, for this reason"
     )
+    config.addinivalue_line("markers", "cluster: runs only with --cluster (a standalone cluster)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     profile = config.getoption("--profile")
+    cluster = config.getoption("--cluster")
     for item in items:
+        if item.get_closest_marker("cluster") and not cluster:
+            reason = "needs a standalone cluster: run with --cluster"
+            item.add_marker(pytest.mark.skip(reason=reason))
         for marker in item.iter_markers("skip_profile"):
             reason = marker.kwargs.get("reason")
             if not reason:
@@ -71,9 +84,11 @@ def jars_cache() -> str:
 @pytest.fixture(scope="session")
 def spark(dbt_profile_name: str, request: pytest.FixtureRequest):
     """The lakehouse as tests read and race it: the embedded JVM's root session, or a plain
-    SQL client of the Thrift server. Foreign writers are its `newSession()`s."""
-    if dbt_profile_name == "thrift":
-        return request.getfixturevalue("thrift_server").client()
+    SQL client of the server. Foreign writers are its `newSession()`s."""
+    if dbt_profile_name in SERVERS:
+        return request.getfixturevalue("spark_server").client()
+    if request.config.getoption("--cluster"):
+        raise pytest.UsageError("--cluster runs a server's executors: use --profile thrift/connect")
 
     from dbt.adapters.fenced_spark import session
     from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
@@ -90,12 +105,31 @@ def spark(dbt_profile_name: str, request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
-def thrift_server(tmp_path_factory: pytest.TempPathFactory, jars_cache: str):
-    """One Spark Thrift Server (its own JVM, metastore and warehouse) for the whole run."""
-    from tests import thrift_server
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A standalone master and worker (their own JVMs) for the whole run."""
+    from tests.harness import cluster
 
-    server = thrift_server.start(
-        str(tmp_path_factory.mktemp("thrift")), jars_cache, extra_conf=TEST_CONF
+    started = cluster.start(str(tmp_path_factory.mktemp("cluster")))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_server(
+    dbt_profile_name: str, request: pytest.FixtureRequest, tmp_path_factory, jars_cache: str
+):
+    """One server of the profile's kind (its own JVM, metastore and warehouse) for the run."""
+    from tests.harness import servers
+
+    master = None
+    if request.config.getoption("--cluster"):
+        master = request.getfixturevalue("spark_cluster").master_url
+    server = servers.start(
+        dbt_profile_name,
+        str(tmp_path_factory.mktemp(dbt_profile_name)),
+        jars_cache,
+        extra_conf=TEST_CONF,
+        master=master,
     )
     yield server
     server.stop()
@@ -109,26 +143,18 @@ def dbt_profile_target(request: pytest.FixtureRequest) -> dict:
 @pytest.fixture(scope="class")
 def profile_user(dbt_profile_target: dict) -> str:
     """The owner Spark records on new tables: the Thrift client's user, or the OS user that
-    runs the embedded session."""
+    runs the embedded session or the Connect server."""
     return dbt_profile_target.get("user") or getpass.getuser()
 
 
 def profile_target(request: pytest.FixtureRequest, adapter: str = "fenced_spark") -> dict:
     """The target of the chosen profile; `adapter="spark"` gives stock dbt-spark on the same
-    JVM or server."""
-    if request.config.getoption("--profile") == "thrift":
-        server = request.getfixturevalue("thrift_server")
-        return {
-            "type": adapter,
-            "method": "thrift",
-            "host": server.host,
-            "port": server.port,
-            "user": "dbt",
-            "schema": "analytics",
-            "connect_retries": 3,
-            "connect_timeout": 5,
-            "threads": 1,
-        }
+    JVM or server (Thrift only: dbt-spark has no Connect method)."""
+    profile = request.config.getoption("--profile")
+    if profile in SERVERS:
+        if adapter == "spark" and profile == "connect":
+            pytest.skip("stock dbt-spark has no Spark Connect method (dbt-labs/dbt-adapters#493)")
+        return request.getfixturevalue("spark_server").profile(adapter)
     request.getfixturevalue("spark")
     if adapter == "spark":
         # Stock dbt-spark's session cursor picks up the running session.

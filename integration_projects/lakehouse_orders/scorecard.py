@@ -8,9 +8,13 @@ sit where the timing says), then judged from the table's contents.
     python scorecard.py                       # every strategy and timing; writes docs/scorecard.md
     python scorecard.py --races merge --timings between --no-write   # what `make demo` runs
     python scorecard.py --method thrift --races merge   # over one Spark Thrift Server
+    python scorecard.py --method connect --cluster      # what `make cluster` runs
 
 With `--method thrift` both adapters are clients of one Spark Thrift Server started for the run,
-and the foreign writer is another client of it (a plain SQL connection, like a notebook).
+and the foreign writer is another client of it (a plain SQL connection, like a notebook). With
+`--method connect` dbt-fenced-spark runs over a Spark Connect server and stock dbt-spark, which
+has no Connect method, over a Thrift server; each race's foreign writer is another client of
+its adapter's server. `--cluster` runs the servers' executors on a Spark standalone cluster.
 """
 
 import argparse
@@ -26,11 +30,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from dbt.cli.main import dbtRunner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, REPO)  # the repo's one harness: servers, cluster, the foreign writer
+
+from tests.harness.writer import ForeignWriter, active_jobs, job_running_for  # noqa: E402
+
 ADAPTERS = {"stock": "stock dbt-spark (type: spark)", "fenced": "dbt-fenced-spark"}
 TIMINGS = {
     "before": "before vB: the foreign commit lands, then the run starts",
@@ -40,6 +49,9 @@ TIMINGS = {
 WRITERS = {
     "session": "a thread with its own SparkSession in the embedded session's JVM",
     "thrift": "a second client of the same Spark Thrift Server",
+    "connect": "a second client of the same server: a Spark Connect session next to"
+    " dbt-fenced-spark over Spark Connect, a Thrift client next to stock dbt-spark over a Thrift"
+    " server of the same Spark build (dbt-spark has no Connect method)",
 }
 SCHEMAS = {"stock": "demo_stock", "fenced": "demo_fenced"}  # as in profiles.yml
 FOREIGN_TAG = "foreign writer (scorecard)"
@@ -160,43 +172,57 @@ RACES = {
 
 class Lakehouse:
     """Where the races run: the embedded Spark + Delta session (dbt and the foreign writer share
-    its JVM), or one Spark Thrift Server that dbt and the foreign writer are clients of."""
+    its JVM), or the harness's servers that dbt and the foreign writer are clients of. Over
+    `connect`, stock dbt-spark (which has no Connect method) runs over a Thrift server of the same
+    build; with `cluster`, the servers' executors run on a standalone cluster."""
 
-    def __init__(self, method: str, folder: str) -> None:
+    def __init__(self, method: str, folder: str, cluster: bool = False) -> None:
         self.method = method
         self.folder = folder
-        self.server = None
+        self.servers: dict[str, Any] = {}
+        self.cluster = None
         self.seeded: set[str] = set()
-        if method == "thrift":
-            sys.path.insert(0, REPO)
-            from tests import thrift_server
+        if method == "session":
+            return
+        from tests.harness import cluster as standalone
+        from tests.harness import servers
 
-            self.server = thrift_server.start(
-                os.path.join(folder, "thrift"), os.environ.get("DBT_FENCED_SPARK_JARS_CACHE")
+        if cluster:
+            self.cluster = standalone.start(os.path.join(folder, "cluster"))
+        kinds = {"thrift"} if method == "thrift" else {"thrift", "connect"}
+        for kind in sorted(kinds):
+            self.servers[kind] = servers.start(
+                kind,
+                os.path.join(folder, kind),
+                os.environ.get("DBT_FENCED_SPARK_JARS_CACHE"),
+                master=self.cluster.master_url if self.cluster else None,
             )
-            os.environ["LAKEHOUSE_THRIFT_PORT"] = str(self.server.port)  # read by profiles.yml
+            os.environ[f"LAKEHOUSE_{kind.upper()}_PORT"] = str(self.servers[kind].port)
+
+    def kind(self, adapter: str) -> str:
+        if self.method == "connect" and adapter == "fenced":
+            return "connect"
+        return self.method
 
     def target(self, adapter: str) -> str:
-        return adapter if self.method == "session" else f"{adapter}_thrift"
+        kind = self.kind(adapter)
+        return adapter if kind == "session" else f"{adapter}_{kind}"
 
-    def client(self):
+    def client(self, adapter: str):
         """A SQL client that reads history and contents, and whose newSession() writes."""
-        if self.server is not None:
-            return self.server.client()
+        kind = self.kind(adapter)
+        if kind != "session":
+            return self.servers[kind].client()
         from pyspark.sql import SparkSession
 
         # after dbt ran: the embedded Delta JVM, never a plain one
         return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
 
-    def running_jobs(self, client) -> Callable[[], set]:
-        if self.server is not None:
-            return self.server.active_job_ids
-        tracker = client.sparkContext.statusTracker()
-        return lambda: set(tracker.getActiveJobsIds())
-
     def close(self) -> None:
-        if self.server is not None:
-            self.server.stop()
+        for server in self.servers.values():
+            server.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
 
 
 def dbt(*args: str, target: str, lakehouse: str, errors: list[str] | None = None):
@@ -229,47 +255,6 @@ def dbt(*args: str, target: str, lakehouse: str, errors: list[str] | None = None
     if result.exception is not None:
         raise result.exception
     return result
-
-
-class ForeignWriter:
-    """Another writer of the lakehouse: its own SparkSession, in its own thread."""
-
-    def __init__(self, root) -> None:
-        self.session = root.newSession()
-        # SQL, not session.conf: a Thrift client has only SQL
-        self.session.sql(f"set spark.databricks.delta.commitInfo.userMetadata={FOREIGN_TAG}")
-        self.error: BaseException | None = None
-
-    def commit(self, sql: str, when: Callable[[], bool] = lambda: True) -> threading.Thread:
-        def run() -> None:
-            deadline = time.monotonic() + 120
-            try:
-                while not when():
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("the write never ran long enough to race")
-                    time.sleep(0.05)
-                self.session.sql(sql).collect()
-            except BaseException as exc:  # reported by the race, never swallowed
-                self.error = exc
-
-        thread = threading.Thread(target=run, name="foreign-writer", daemon=True)
-        thread.start()
-        return thread
-
-
-def write_is_running(running_jobs: Callable[[], set], seconds: float = 1.0) -> Callable[[], bool]:
-    """True once one Spark job has run for `seconds`: the slowed write, not a metadata query."""
-    started: dict[int, float] = {}
-
-    def check() -> bool:
-        now = time.monotonic()
-        for job in running_jobs():
-            started.setdefault(job, now)
-            if now - started[job] >= seconds:
-                return True
-        return False
-
-    return check
 
 
 @contextmanager
@@ -374,7 +359,7 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
     if race.command == "snapshot":
         # dbt never rebuilds a snapshot (not even with --full-refresh): drop it, and day 1
         # creates it anew.
-        house.client().sql(f"drop table if exists {table}")
+        house.client(adapter).sql(f"drop table if exists {table}")
         dbt("snapshot", "--select", race.model, *day1, target=target, lakehouse=lakehouse)
     else:
         dbt(
@@ -387,10 +372,10 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             target=target,
             lakehouse=lakehouse,
         )
-    root = house.client()
+    root = house.client(adapter)
     start = history(root, table)[-1].version
     foreign_sql = race.foreign.format(t=table, s=schema)
-    writer = ForeignWriter(root)
+    writer = ForeignWriter(root, tag=FOREIGN_TAG)
     if race.upstream:
         dbt(
             "run",
@@ -404,25 +389,21 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             lakehouse=lakehouse,
         )
     day2 = {"day": 2, "race_window": timing != "before"}
-    threads = []
     window_opened_at: list[int] = []  # the table's version when the run had read it
 
     if timing == "before":
-        threads.append(writer.commit(foreign_sql))
-        threads[-1].join()
+        writer.sql(foreign_sql)
     elif timing == "during":
         day2["slow_ms"] = SLOW_MS
 
     def open_race_window() -> None:
         window_opened_at.append(history(root, table)[-1].version)
         if timing == "between":
-            threads.append(writer.commit(foreign_sql))
-            threads[-1].join()
+            writer.sql(foreign_sql)
         else:
             # Armed only now, after every read before the write: a slow compile-time query
             # cannot pass for the write.
-            running = write_is_running(house.running_jobs(root))
-            threads.append(writer.commit(foreign_sql, when=running))
+            writer.when(job_running_for(active_jobs(root)), foreign_sql)
 
     errors: list[str] = []
     with race_window(open_race_window):
@@ -437,10 +418,8 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             lakehouse=lakehouse,
             errors=errors,
         )
-    for thread in threads:
-        thread.join(timeout=120)
-    if writer.error is not None:
-        raise RuntimeError(f"the foreign writer failed: {writer.error}") from writer.error
+    if timing == "during":
+        writer.join()  # raises the foreign writer's own error, if any
 
     node = result.result.results[0]
     outcome = Outcome(
@@ -660,7 +639,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--races", nargs="+", choices=list(RACES), default=list(RACES))
     parser.add_argument("--timings", nargs="+", choices=list(TIMINGS), default=list(TIMINGS))
-    parser.add_argument("--method", choices=["session", "thrift"], default="session")
+    parser.add_argument("--method", choices=list(WRITERS), default="session")
+    parser.add_argument(
+        "--cluster", action="store_true", help="servers' executors on a standalone cluster"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     parser.add_argument("--command", default="make scorecard")
     args = parser.parse_args(argv)
@@ -669,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     lakehouse = os.path.join(HERE, ".fenced_spark")
     shutil.rmtree(os.path.join(lakehouse, "target"), ignore_errors=True)
     os.chdir(HERE)
-    house = Lakehouse(args.method, lakehouse)
+    house = Lakehouse(args.method, lakehouse, args.cluster)
     try:
         results = run_all(args.races, args.timings, house)
     finally:
@@ -681,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         docs = os.path.join(REPO, "docs")
         name = "scorecard" if args.method == "session" else f"scorecard-{args.method}"
+        if args.cluster:
+            name += "-cluster"
         with open(os.path.join(docs, f"{name}.md"), "w") as f:
             f.write(markdown(results, args.command, seconds, args.method))
         picture(results, os.path.join(docs, f"{name}.png"))

@@ -2,8 +2,6 @@
 
 import json
 import re
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +10,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.impl import FenceSql
+from tests.harness.writer import ForeignWriter, active_jobs, job_running_for
 
 
 @dataclass
@@ -45,42 +44,6 @@ def ours(entries: list[HistoryEntry], step: str = "write") -> list[HistoryEntry]
 
 def rows(spark, sql: str) -> list[tuple]:
     return [tuple(r) for r in spark.sql(sql).collect()]
-
-
-class ForeignWriter:
-    """Another writer in the same JVM: its own SparkSession (or its own client of the Thrift
-    server), optionally its own thread."""
-
-    def __init__(self, spark) -> None:
-        self.session = spark.newSession()
-        self.error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-
-    def sql(self, statement: str) -> None:
-        self.session.sql(statement)
-
-    def when(self, condition: Callable[[], bool], statement: str, timeout: float = 120) -> None:
-        """Run `statement` in a thread as soon as `condition()` holds."""
-
-        def run() -> None:
-            deadline = time.monotonic() + timeout
-            try:
-                while not condition():
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"condition never held for: {statement}")
-                    time.sleep(0.05)
-                self.session.sql(statement)
-            except BaseException as exc:  # reported by join()
-                self.error = exc
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    def join(self) -> None:
-        assert self._thread is not None
-        self._thread.join(timeout=180)
-        if self.error is not None:
-            raise self.error
 
 
 def without_leading_comments(sql: str) -> str:
@@ -117,24 +80,7 @@ class ForeignAroundWrite(FenceSql):
 
 def long_spark_job(spark, seconds: float = 1.0) -> Callable[[], bool]:
     """True once some Spark job has been running for `seconds`: the slowed-down write."""
-    if hasattr(spark, "active_job_ids"):  # a Thrift server's client
-        active_job_ids = spark.active_job_ids
-    else:
-        tracker = spark.sparkContext.statusTracker()
-
-        def active_job_ids() -> set[int]:
-            return set(tracker.getActiveJobsIds())
-
-    first_seen: dict[int, float] = {}
-
-    def check() -> bool:
-        now = time.monotonic()
-        active = active_job_ids()
-        for job in active:
-            first_seen.setdefault(job, now)
-        return any(now - first_seen[job] >= seconds for job in active)
-
-    return check
+    return job_running_for(active_jobs(spark), seconds)
 
 
 class OrdersTable:

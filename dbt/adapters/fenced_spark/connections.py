@@ -8,7 +8,8 @@ from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnecti
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark import session
+from dbt.adapters.fenced_spark import connect, session
+from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
 
 logger = AdapterLogger("FencedSpark")
 
@@ -35,7 +36,8 @@ def spark_errors() -> Iterator[None]:
     try:
         yield
     except PySparkException as exc:
-        raise DbtRuntimeError(str(exc)) from exc
+        # Over Connect the message carries the server's JVM stack: the user gets the words.
+        raise DbtRuntimeError(connect.message(exc)) from exc
     except Py4JJavaError as exc:
         # PySpark 4.1 formats errors with Spark's error catalogue, which lacks Delta's classes
         # (INTERNAL_ERROR "Cannot find main error class"); the JVM exception it was formatting
@@ -51,9 +53,22 @@ class SessionHandle:
     def cursor(self) -> SessionCursor:
         return SessionCursor(self.spark)
 
+    def close(self) -> None:
+        pass  # the embedded session lives as long as the process
+
+
+class ConnectHandle(SessionHandle):
+    def close(self) -> None:
+        connect.close_session(self.spark)
+
 
 class FencedSessionConnectionWrapper(SessionConnectionWrapper):
     handle: SessionHandle  # type: ignore[assignment]
+
+    def close(self) -> None:
+        # dbt closes a connection after each node: a Connect session is released with it.
+        super().close()
+        self.handle.close()
 
     def fetchall(self) -> list[Any] | None:
         # The session cursor already raises DbtRuntimeError; lazy queries fail here instead.
@@ -76,15 +91,18 @@ class FencedSparkConnectionManager(SparkConnectionManager):
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
-        # Only `session` differs from dbt-spark: a Delta JVM and a session per connection.
+        # `session` and `connect` are ours: a session per connection, on the embedded Delta JVM
+        # or on a Spark Connect server; dbt-spark opens the others.
         if connection.state == ConnectionState.OPEN:
             return connection
         creds = connection.credentials
-        if creds.method != SparkConnectionMethod.SESSION:
+        if creds.method == SparkConnectionMethod.SESSION:
+            handle = SessionHandle(session.connection_session(creds))
+        elif creds.method == FencedConnectionMethod.CONNECT:
+            handle = ConnectHandle(connect.open_session(creds))
+        else:
             return super().open(connection)
-        connection.handle = FencedSessionConnectionWrapper(
-            SessionHandle(session.connection_session(creds))  # type: ignore[arg-type]
-        )
+        connection.handle = FencedSessionConnectionWrapper(handle)  # type: ignore[arg-type]
         connection.state = ConnectionState.OPEN
         return connection
 

@@ -2,6 +2,10 @@ import os
 from dataclasses import dataclass
 
 from dbt.adapters.spark.connections import SparkConnectionMethod, SparkCredentials
+from dbt_common.dataclass_schema import StrEnum
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark import connect
 
 # Maven Central serves delta-spark_4.1_2.13 up to 4.4.0 (4.4.1 exists on PyPI only);
 # the Python and JVM halves speak SQL to each other, so a patch skew is harmless.
@@ -15,8 +19,18 @@ def _default_jars_cache() -> str:
     )
 
 
+class FencedConnectionMethod(StrEnum):
+    # dbt-spark's methods (equal to its enum's members as strings) plus Spark Connect.
+    THRIFT = "thrift"
+    HTTP = "http"
+    ODBC = "odbc"
+    SESSION = "session"
+    CONNECT = "connect"
+
+
 @dataclass
 class FencedSparkCredentials(SparkCredentials):
+    method: FencedConnectionMethod = None  # type: ignore[assignment]
     # Embedded session only: root of the local lakehouse (warehouse, metastore, logs).
     folder: str | None = None
     # Embedded session only: where Spark's Ivy keeps the resolved Delta jars.
@@ -39,7 +53,21 @@ class FencedSparkCredentials(SparkCredentials):
             self.jars_cache = os.path.abspath(
                 os.path.expanduser(self.jars_cache or _default_jars_cache())
             )
+        if self.method == FencedConnectionMethod.CONNECT:
+            self._check_connect()
         super().__post_init__()
+
+    def _check_connect(self) -> None:
+        if not self.host or not str(self.host).startswith("sc://"):
+            raise DbtRuntimeError(
+                f"method: connect takes Spark Connect's URL as `host` "
+                f"(sc://host:port/;token=...;use_ssl=true), not {self.host!r}"
+            )
+        connect.check_installed()
+
+    @property
+    def url(self) -> str:
+        return connect.redact(str(self.host))
 
     @property
     def type(self) -> str:
@@ -48,4 +76,7 @@ class FencedSparkCredentials(SparkCredentials):
     def _connection_keys(self) -> tuple[str, ...]:
         if self.method == SparkConnectionMethod.SESSION:
             return "method", "schema", "folder", "jars_cache", "delta_package"
+        if self.method == FencedConnectionMethod.CONNECT:
+            # `url`: the host without its token, which `dbt debug` would print.
+            return "method", "url", "schema", "connect_retries", "connect_timeout"
         return "method", *super()._connection_keys()

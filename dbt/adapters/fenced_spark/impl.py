@@ -13,7 +13,11 @@ from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.connections import (
+    ConnectHandle,
+    FencedSparkConnectionManager,
+    SessionHandle,
+)
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceUnverified,
@@ -76,11 +80,11 @@ class FenceSql:
 
     def log(self) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
-        handle = self.connections.get_thread_connection().handle
-        spark = getattr(getattr(handle, "handle", None), "spark", None)
-        if spark is None:
+        # Thrift and Connect clients have no JVM of their own: DESCRIBE HISTORY.
+        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
             return SqlHistory(self)
-        return LogTail(spark, fallback=SqlHistory(self))
+        return LogTail(handle.spark, fallback=SqlHistory(self))
 
 
 class FencedSparkAdapter(SparkAdapter):

@@ -1,8 +1,9 @@
-"""The fence over a Spark Thrift Server, raced by other clients of the same server.
+"""The fence over a Spark Thrift Server or Spark Connect server, raced by other clients of the
+same server.
 
-Every fence step is plain SQL, so `method: thrift` gets the same guarantees as the embedded
-session. The foreign writers here are what a shared lakehouse has: a notebook's SQL client,
-and a second `dbt run` of the same project.
+Every fence step is plain SQL, so `method: thrift` and `method: connect` get the same
+guarantees as the embedded session. The foreign writers here are what a shared lakehouse
+has: a notebook's SQL client, and a second `dbt run` of the same project.
 """
 
 import json
@@ -17,7 +18,7 @@ from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
 from tests.functional.lakehouse import ForeignWriter, OrdersTable, history, ours, rows
 
 pytestmark = pytest.mark.skip_profile(
-    "session", reason="these races need a Spark Thrift Server: run with --profile thrift"
+    "session", reason="these races need a server: run with --profile thrift or connect"
 )
 
 # The pre-hook runs after the fence captured vB and before the write: the race-b window.

@@ -1,0 +1,69 @@
+"""Another writer of the lakehouse, and the moment races fire at."""
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class ForeignWriter:
+    """Another writer in the same JVM or server: its own SparkSession, Thrift client or Connect
+    session (`newSession()` of the one given), optionally in its own thread. `tag` marks its
+    commits' userMetadata, so a history shows whose commit is whose."""
+
+    def __init__(self, spark: Any, tag: str | None = None) -> None:
+        self.session = spark.newSession()
+        if tag:
+            # SQL, not session.conf: a Thrift client has only SQL.
+            self.session.sql(f"set spark.databricks.delta.commitInfo.userMetadata={tag}")
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def sql(self, statement: str) -> None:
+        self.session.sql(statement).collect()
+
+    def when(self, condition: Callable[[], bool], statement: str, timeout: float = 120) -> None:
+        """Run `statement` in a thread as soon as `condition()` holds."""
+
+        def run() -> None:
+            deadline = time.monotonic() + timeout
+            try:
+                while not condition():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"condition never held for: {statement}")
+                    time.sleep(0.05)
+                self.sql(statement)
+            except BaseException as exc:  # reported by join()
+                self.error = exc
+
+        self._thread = threading.Thread(target=run, name="foreign-writer", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float = 180) -> None:
+        assert self._thread is not None
+        self._thread.join(timeout=timeout)
+        if self.error is not None:
+            raise self.error
+
+
+def active_jobs(spark: Any) -> Callable[[], set[int]]:
+    """The running Spark jobs' ids: a server's REST API, or the embedded JVM's tracker."""
+    if hasattr(spark, "active_job_ids"):  # a Thrift or Connect client of a test server
+        return spark.active_job_ids
+    tracker = spark.sparkContext.statusTracker()
+    return lambda: set(tracker.getActiveJobsIds())
+
+
+def job_running_for(running: Callable[[], set[int]], seconds: float = 1.0) -> Callable[[], bool]:
+    """True once one Spark job has run for `seconds`: the slowed write, not a metadata query."""
+    first_seen: dict[int, float] = {}
+
+    def check() -> bool:
+        now = time.monotonic()
+        for job in running():
+            first_seen.setdefault(job, now)
+            if now - first_seen[job] >= seconds:
+                return True
+        return False
+
+    return check
