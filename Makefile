@@ -10,8 +10,8 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo scorecard bench test unit functional thrift conformance reliability lint \
-	format clean
+.PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
+	reliability lint format clean
 
 setup: $(STAMP)
 
@@ -41,15 +41,20 @@ define pytest
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: $(1)" >&2; exit 1; fi; exit $$rc
 endef
 
-# The fence tests that also run over a Spark Thrift Server in `make test`.
-THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_merge_races.py \
+# The fence tests that also run over a server in `make test` (one server per pytest run).
+THRIFT_TESTS := tests/functional/test_server_races.py \
 	tests/functional/test_snapshots.py tests/functional/test_insert_strategy.py \
 	tests/functional/test_node_transaction.py tests/functional/test_merge_fence.py
+CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
+	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
+	tests/functional/test_bad_input.py tests/functional/test_cluster.py
 
-# Everything on the embedded session, then the fence over thrift (one server, started once).
+# Everything on the embedded session, then the fence over thrift, then over Spark Connect with
+# its executors on a standalone cluster (test_cluster.py needs one; the rest do not mind).
 test: setup lint
 	$(call pytest,tests -q -ra --durations=15)
 	$(call pytest,$(THRIFT_TESTS) --profile thrift -q -ra)
+	$(call pytest,$(CONNECT_TESTS) --profile connect --cluster -q -ra)
 
 unit: setup
 	$(call pytest,tests/unit -q)
@@ -60,15 +65,30 @@ functional: setup
 thrift: setup
 	$(call pytest,tests/functional --profile thrift -q -ra)
 
-# dbt's adapter tests on both profiles; regenerates docs/conformance.md from the two runs.
+connect: setup
+	$(call pytest,tests/functional --profile connect -q -ra)
+
+# A Spark standalone cluster (master + worker JVMs): the fence's races over Connect and over
+# Thrift with the servers' executors on it, then the scorecard over Connect on it.
+CLUSTER_TESTS := tests/functional/test_cluster.py tests/functional/test_merge_races.py \
+	tests/functional/test_server_races.py tests/functional/test_strict_races.py
+cluster: setup
+	$(call pytest,$(CLUSTER_TESTS) --profile connect --cluster -q -ra)
+	$(call pytest,$(CLUSTER_TESTS) --profile thrift --cluster -q -ra)
+	$(PY) integration_projects/lakehouse_orders/scorecard.py --method connect --cluster \
+	  --command "make cluster"
+
+# dbt's adapter tests on the three profiles; regenerates docs/conformance.md from the runs.
 conformance: setup
 	mkdir -p .cache/conformance
 	-$(PY) -m pytest tests/conformance --profile session -q -ra \
 	  --junitxml=.cache/conformance/session.xml
 	-$(PY) -m pytest tests/conformance --profile thrift -q -ra \
 	  --junitxml=.cache/conformance/thrift.xml
+	-$(PY) -m pytest tests/conformance --profile connect -q -ra \
+	  --junitxml=.cache/conformance/connect.xml
 	$(PY) -m tests.conformance.report --command "make conformance" \
-	  .cache/conformance/session.xml .cache/conformance/thrift.xml
+	  .cache/conformance/session.xml .cache/conformance/thrift.xml .cache/conformance/connect.xml
 
 # The long crash and soak runs (make test runs short ones); regenerates docs/reliability.md.
 CRASH_TRIALS ?= 25

@@ -1,4 +1,5 @@
-"""Part 1: the same incremental model under stock dbt-spark and fenced_spark, A B A B."""
+"""Part 1: the same incremental model under stock dbt-spark and fenced_spark, A B A B on the
+embedded session; then over the servers, stock and fenced over Thrift and fenced over Connect."""
 
 import random
 import re
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
 
-from bench.lakehouse import Lakehouse, build_source, rows_label
+from bench.lakehouse import Lakehouse, Sql, build_source, rows_label
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 
 # fenced strategy -> (model, the stock dbt-spark strategy it is compared with)
@@ -21,6 +22,10 @@ STRATEGIES = {
     "replace_where": ("bench_replace_where", "append"),
 }
 ORDER = ("stock", "fenced")  # A, B
+# Over the servers: run -> dbt target. Stock dbt-spark has no Connect method, so fenced over
+# Connect is compared with stock over Thrift, on the same server build.
+SERVER_RUNS = {"stock": "stock_thrift", "thrift": "fenced_thrift", "connect": "fenced_connect"}
+SERVER_METHODS = ("thrift", "connect")  # the fenced methods; also the server each runs on
 
 # The statements only the fence sends (fence/protocol.py, impl.py, the fenced
 # materialization), as dbt logs them. The staging view is `<model>__fence_<12 hex>`
@@ -84,6 +89,12 @@ class Series:
     warmup: list[Pair] = field(default_factory=list)
     identical: bool = False  # stock's and fenced's tables hold the same rows afterwards
     table_rows: int = 0
+    # fenced's method; stock runs on the session for "session", over Thrift otherwise.
+    method: str = "session"
+
+    @property
+    def stock_method(self) -> str:
+        return "session" if self.method == "session" else "thrift"
 
     def ratios(self) -> list[float]:
         return [p.ratio for p in self.pairs]
@@ -225,57 +236,160 @@ def model_seconds(results: dict, adapter: str) -> float:
     return float(node["execution_time"])
 
 
-def checksum(house: Lakehouse, table: str) -> tuple:
-    (row,) = house.sql(
+def checksum(sql: Sql, table: str) -> tuple:
+    (row,) = sql(
         f"select count(*), sum(cast(hash(id, batch, payload, amount, updated_at) as bigint)) "
         f"from {table}"
     )
     return tuple(row)
 
 
-def measure(house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str) -> Pair:
-    seconds, parts, counts = {}, {}, {}
-    for adapter in ORDER:
-        clock.take()  # nothing from between runs (a full refresh's compile-time reads)
-        results = house.run_batch(model, batch, target=adapter, tag=tag, callbacks=[clock.event])
-        seconds[adapter] = model_seconds(results, adapter)
-        parts[adapter], counts[adapter] = clock.take()
-    fence_parts = {k: v for k, v in parts["fenced"].items() if k != STOCK_VIEW}
+@dataclass
+class Timed:
+    seconds: float
+    parts: dict[str, float]  # kind -> seconds, from the FenceClock
+    counts: dict[str, int]
+
+
+def timed_run(
+    house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str, target: str
+) -> Timed:
+    adapter = target.split("_")[0]  # profiles.yml's targets: <adapter>[_<method>]
+    clock.take()  # nothing from between runs (a full refresh's compile-time reads)
+    results = house.run_batch(model, batch, target=target, tag=tag, callbacks=[clock.event])
+    seconds = model_seconds(results, adapter)
+    return Timed(seconds, *clock.take())
+
+
+def pair_of(batch: int, stock: Timed, fenced: Timed) -> Pair:
+    fence_parts = {k: v for k, v in fenced.parts.items() if k != STOCK_VIEW}
     return Pair(
         batch,
-        seconds["stock"],
-        seconds["fenced"],
+        stock.seconds,
+        fenced.seconds,
         fence=sum(fence_parts.values()),
         fence_parts=fence_parts,
-        fence_counts={k: v for k, v in counts["fenced"].items() if k != STOCK_VIEW},
-        stock_view=parts["stock"].get(STOCK_VIEW, 0.0),
+        fence_counts={k: v for k, v in fenced.counts.items() if k != STOCK_VIEW},
+        stock_view=stock.parts.get(STOCK_VIEW, 0.0),
     )
 
 
-def run(house: Lakehouse, sizes: tuple[int, ...], pairs: int, warmup: int) -> list[Series]:
+def measure(house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str) -> Pair:
+    runs = {adapter: timed_run(house, clock, model, batch, tag, adapter) for adapter in ORDER}
+    return pair_of(batch, runs["stock"], runs["fenced"])
+
+
+def server_order(batch: int) -> list[str]:
+    # Rotated per batch: each run goes first, second and third equally often, so drift over
+    # the series and the cost of going first after another server's run spread evenly.
+    names = list(SERVER_RUNS)
+    shift = (batch - 1) % len(names)
+    return names[shift:] + names[:shift]
+
+
+def measure_servers(
+    house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str
+) -> dict[str, Pair]:
+    runs = {
+        name: timed_run(house, clock, model, batch, tag, SERVER_RUNS[name])
+        for name in server_order(batch)
+    }
+    return {method: pair_of(batch, runs["stock"], runs[method]) for method in SERVER_METHODS}
+
+
+def _print_pair(tag: str, strategy: str, pair: Pair, warm: bool) -> None:
+    print(
+        f"  {tag} {strategy:<20} batch {pair.batch}: stock {pair.stock:6.2f}s"
+        f"  fenced {pair.fenced:6.2f}s  ratio {pair.ratio:.3f}"
+        f"  fence's own {pair.fence * 1000:5.0f} ms" + ("  (warm-up)" if warm else ""),
+        flush=True,
+    )
+
+
+def _print_servers(tag: str, strategy: str, measured: dict[str, Pair], warm: bool) -> None:
+    first = next(iter(measured.values()))  # every pair shares the batch and stock's run
+    stock, batch = first.stock, first.batch
+    fenced = "".join(
+        f"  {method} {p.fenced:6.2f}s ({p.ratio:.3f}, fence's own {p.fence * 1000:4.0f} ms)"
+        for method, p in measured.items()
+    )
+    print(
+        f"  {tag} {strategy:<20} batch {batch} ({' '.join(server_order(batch))}):"
+        f" stock-thrift {stock:6.2f}s{fenced}" + ("  (warm-up)" if warm else ""),
+        flush=True,
+    )
+
+
+def session_series(
+    house: Lakehouse, clock: FenceClock, rows: int, pairs: int, warmup: int
+) -> list[Series]:
+    out = []
+    tag = rows_label(rows)
+    build_source(house.sql, f"bench_src_{tag}", rows, warmup + pairs)
+    for strategy, (model, stock_strategy) in STRATEGIES.items():
+        series = Series(rows, strategy, stock_strategy)
+        for adapter in ORDER:
+            house.dbt("run", "--full-refresh", "--select", model, target=adapter, tag=tag)
+        for batch in range(1, warmup + pairs + 1):
+            pair = measure(house, clock, model, batch, tag)
+            (series.warmup if batch <= warmup else series.pairs).append(pair)
+            _print_pair(tag, strategy, pair, batch <= warmup)
+        stock = checksum(house.sql, f"bench_stock_{tag}.{model}")
+        fenced = checksum(house.sql, f"bench_fenced_{tag}.{model}")
+        series.identical = stock == fenced
+        series.table_rows = int(fenced[0])
+        out.append(series)
+    return out
+
+
+def server_series(
+    house: Lakehouse, clock: FenceClock, rows: int, pairs: int, warmup: int
+) -> list[Series]:
+    out = []
+    tag = rows_label(rows)
+    # Each server has its own metastore and warehouse: each gets the same source.
+    for kind in SERVER_METHODS:
+        build_source(
+            lambda sql, kind=kind: house.server_sql(kind, sql),
+            f"bench_src_{tag}",
+            rows,
+            warmup + pairs,
+        )
+    for strategy, (model, stock_strategy) in STRATEGIES.items():
+        series = {m: Series(rows, strategy, stock_strategy, method=m) for m in SERVER_METHODS}
+        for target in SERVER_RUNS.values():
+            house.dbt("run", "--full-refresh", "--select", model, target=target, tag=tag)
+        for batch in range(1, warmup + pairs + 1):
+            measured = measure_servers(house, clock, model, batch, tag)
+            for method, pair in measured.items():
+                s = series[method]
+                (s.warmup if batch <= warmup else s.pairs).append(pair)
+            _print_servers(tag, strategy, measured, batch <= warmup)
+        stock = checksum(lambda q: house.server_sql("thrift", q), f"bench_stock_{tag}.{model}")
+        for method, s in series.items():
+            fenced = checksum(
+                lambda q, m=method: house.server_sql(m, q), f"bench_fenced_{tag}.{model}"
+            )
+            s.identical = stock == fenced
+            s.table_rows = int(fenced[0])
+        out += series.values()
+    return out
+
+
+def run(
+    house: Lakehouse,
+    sizes: tuple[int, ...],
+    pairs: int,
+    warmup: int,
+    servers: tuple[int, int] | None = None,
+) -> list[Series]:
+    """The session series at each size; then, with `servers` = (rows, pairs), the server
+    series at that one size."""
     out = []
     clock = FenceClock()
     with clock.reading_log():
         for rows in sizes:
-            tag = rows_label(rows)
-            build_source(house.sql, f"bench_src_{tag}", rows, warmup + pairs)
-            for strategy, (model, stock_strategy) in STRATEGIES.items():
-                series = Series(rows, strategy, stock_strategy)
-                for adapter in ORDER:
-                    house.dbt("run", "--full-refresh", "--select", model, target=adapter, tag=tag)
-                for batch in range(1, warmup + pairs + 1):
-                    pair = measure(house, clock, model, batch, tag)
-                    (series.warmup if batch <= warmup else series.pairs).append(pair)
-                    print(
-                        f"  {tag} {strategy:<20} batch {batch}: stock {pair.stock:6.2f}s"
-                        f"  fenced {pair.fenced:6.2f}s  ratio {pair.ratio:.3f}"
-                        f"  fence's own {pair.fence * 1000:5.0f} ms"
-                        + ("  (warm-up)" if batch <= warmup else ""),
-                        flush=True,
-                    )
-                stock = checksum(house, f"bench_stock_{tag}.{model}")
-                fenced = checksum(house, f"bench_fenced_{tag}.{model}")
-                series.identical = stock == fenced
-                series.table_rows = int(fenced[0])
-                out.append(series)
+            out += session_series(house, clock, rows, pairs, warmup)
+        if servers:
+            out += server_series(house, clock, *servers, warmup)
     return out

@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -91,7 +92,7 @@ def _yes(ok: bool) -> str:
 
 def _targets(r: Results) -> list[str]:
     out = ["| target | measured | met |", "|---|---|---|"]
-    merge = [s for s in r.pairs if s.strategy == "merge"]
+    merge = [s for s in r.pairs if s.strategy == "merge" and s.method == "session"]
     if merge:
         largest = max(merge, key=lambda s: s.rows)
         full = largest.rows >= 2_000_000
@@ -111,13 +112,13 @@ def _targets(r: Results) -> list[str]:
                 f"{READER_NAMES[reader]} | {ratio:.2f}x ({longest.commits:,} vs "
                 f"{base.commits:,} commits) | {_yes(ratio <= 1.2) if session else '–'} |"
             )
-    for method in ("session", "thrift"):
+    for method in JOB_METHODS:
         counts = [c for c in r.jobs if c.method == method]
         if counts:
             fence = ", ".join(
                 f"{c.strategy} {'/'.join(map(str, c.fence_statement_jobs))}" for c in counts
             )
-            extra = ", ".join(f"{c.strategy} {'/'.join(map(str, c.extra))}" for c in counts)
+            extra = ", ".join(f"{c.strategy} {_slashed(c.extra)}" for c in counts)
             if method == "session":
                 target, met = (
                     "zero extra Spark jobs",
@@ -146,6 +147,14 @@ def _targets(r: Results) -> list[str]:
             f"{ratio:.2f} of unfenced | {_yes(ratio >= 0.5)} |"
         )
     return out
+
+
+JOB_METHODS = ("session", "thrift", "connect")
+
+
+def _slashed(values: list[int]) -> str:
+    # No values: no stock run to subtract (stock dbt-spark has no Connect method).
+    return "/".join(map(str, values)) or "–"
 
 
 def _ratio_measured(s: Series) -> str:
@@ -177,7 +186,7 @@ def _ratio_met(s: Series) -> str:
 def _pairs(r: Results) -> list[str]:
     measured = any(s.fence_measured for s in r.pairs)
     out = [
-        "## 1. The same model, stock dbt-spark vs fenced_spark (session)",
+        "## 1. The same model, stock dbt-spark vs fenced_spark (session, Thrift, Connect)",
         "",
         "One process, one Spark JVM. For each size, `bench/project`'s model for each strategy is"
         " built identically under both adapters (their own schemas, same source, same CTAS),"
@@ -206,16 +215,17 @@ def _pairs(r: Results) -> list[str]:
         " directly, without two whole runs' noise around it: the ratio asks what the fence"
         " adds, and the fence's own time answers it.",
         "",
-        "| rows | fenced strategy | stock strategy | pairs | stock median s | fenced median s |"
-        " difference s (95% CI) | ratio median | 95% CI | min | max | fence's own s |"
-        " of the fenced run | identical |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *_servers_prose(r),
+        "| rows | fenced / stock method | fenced strategy | stock strategy | pairs |"
+        " stock median s | fenced median s | difference s (95% CI) | ratio median | 95% CI |"
+        " min | max | fence's own s | of the fenced run | identical |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in r.pairs:
         m = s.summary()
         own = f"{m['fence_s']:.3f} | {m['fence_share']:.1%}" if s.fence_measured else "– | –"
         out.append(
-            f"| {s.rows:,} | {s.strategy} | {s.stock_strategy} | {len(s.pairs)} | "
+            f"| {s.rows:,} | {_methods(s)} | {s.strategy} | {s.stock_strategy} | {len(s.pairs)} | "
             f"{m['stock_median_s']:.2f} | {m['fenced_median_s']:.2f} | "
             f"{m['difference_s']:+.2f} ({m['difference_low_s']:+.2f} to "
             f"{m['difference_high_s']:+.2f}) | **{m['median']:.3f}** | "
@@ -223,26 +233,78 @@ def _pairs(r: Results) -> list[str]:
             f"{_yes(s.identical)} |"
         )
     if measured:
-        out += ["", _pairs_reading(r), "", *_fence_parts(r)]
+        out += ["", _pairs_reading(r)]
+        if any(s.method != "session" and s.fence_measured for s in r.pairs):
+            out += ["", _servers_reading(r)]
+        out += ["", *_fence_parts(r)]
     out += ["", "Every pair:", ""]
     out += [
-        "| rows | strategy | batch | stock s | fenced s | ratio | fence's own s |",
-        "|---|---|---|---|---|---|---|",
+        "| rows | fenced / stock method | strategy | batch | stock s | fenced s | ratio |"
+        " fence's own s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for s in r.pairs:
         for p, warm in [(p, True) for p in s.warmup] + [(p, False) for p in s.pairs]:
             note = " (warm-up)" if warm else ""
             own = f"{p.fence:.3f}" if p.fence_parts else "–"
             out.append(
-                f"| {s.rows:,} | {s.strategy} | {p.batch}{note} | {p.stock:.2f} | "
-                f"{p.fenced:.2f} | {p.ratio:.3f} | {own} |"
+                f"| {s.rows:,} | {_methods(s)} | {s.strategy} | {p.batch}{note} | {p.stock:.2f} |"
+                f" {p.fenced:.2f} | {p.ratio:.3f} | {own} |"
             )
     return out
 
 
+def _methods(s: Series) -> str:
+    return f"{s.method} / {s.stock_method}"
+
+
+def _servers_prose(r: Results) -> list[str]:
+    servers = [s for s in r.pairs if s.method != "session"]
+    if not servers:
+        return []
+    return [
+        f"*Over the servers* ({rows_label(servers[0].rows)} rows): after the session series,"
+        " the harness's Spark Thrift Server and Spark Connect server (`tests/harness/servers.py`:"
+        " the venv's Spark build with the session's Delta jars and configuration, each server"
+        " its own JVM, metastore and warehouse) each get the same source table. Each batch then"
+        " runs stock over Thrift, fenced over Thrift and fenced over Connect, in an order"
+        " rotated per batch (A B C, B C A, C A B) so that drift and going first spread evenly"
+        " over the three. Stock dbt-spark has no Connect method, so fenced over Connect is"
+        " compared with stock over Thrift on the same server build: that ratio holds the two"
+        " protocols' difference as well as the fence, and the fence's own time over Connect"
+        " tells them apart. *identical* compares each fenced table with stock's over Thrift."
+        " Over the servers the fence's history reads are DESCRIBE HISTORY statements: they are"
+        " in dbt's query log with its other statements.",
+        "",
+    ]
+
+
+def _servers_reading(r: Results) -> str:
+    """Thrift against Connect, in this run's figures."""
+
+    def figures(method: str) -> str:
+        series = [(s, s.summary()) for s in r.pairs if s.method == method and s.fence_measured]
+        ratios = ", ".join(
+            f"{s.strategy} {m['median']:.3f} ({m['low']:.3f}–{m['high']:.3f})" for s, m in series
+        )
+        own = [m["fence_s"] for _, m in series]
+        history = [s.part("DESCRIBE HISTORY") for s, _ in series]
+        return (
+            f"{ratios}; the fence's own time {min(own):.3f}–{max(own):.3f} s per run, of which"
+            f" DESCRIBE HISTORY {min(h[0] for h in history):.3f}–"
+            f"{max(h[0] for h in history):.3f} s ({'/'.join(f'{h[1]:g}' for h in history)}"
+            " statements per run)"
+        )
+
+    return (
+        "Over the servers, median fenced/stock (95% CI), stock over Thrift in both: fenced over"
+        f" Thrift {figures('thrift')}. Fenced over Connect {figures('connect')}."
+    )
+
+
 def _pairs_reading(r: Results) -> str:
     """What the table says, in this run's figures."""
-    series = [s for s in r.pairs if s.fence_measured]
+    series = [s for s in r.pairs if s.fence_measured and s.method == "session"]
     summaries = [(s, s.summary()) for s in series]
     open_ = [s for s, m in summaries if m["low"] <= TARGET_RATIO < m["high"]]
     own = [m["fence_s"] for _, m in summaries]
@@ -254,7 +316,10 @@ def _pairs_reading(r: Results) -> str:
         for s, m in summaries
         if m["difference_low_s"] > m["fence_s"]
     ]
-    text = f"Reading it: {len(open_)} of {len(series)} ratio intervals contain {TARGET_RATIO}"
+    text = (
+        f"Reading it, on the session: {len(open_)} of {len(series)} ratio intervals contain"
+        f" {TARGET_RATIO}"
+    )
     if open_:
         text += " (" + ", ".join(f"{s.strategy} at {rows_label(s.rows)}" for s in open_) + ")"
     text += (
@@ -285,8 +350,10 @@ def _fence_parts(r: Results) -> list[str]:
         " dbt-spark creates for the same model SQL, where the fence creates its staging view;"
         " so that much of the staging view's time is no addition.",
         "",
-        "| rows | strategy | " + " | ".join(kinds) + " | fence's own | stock's temp view |",
-        "|---|---|" + "---|" * (len(kinds) + 2),
+        "| rows | fenced / stock method | strategy | "
+        + " | ".join(kinds)
+        + " | fence's own | stock's temp view |",
+        "|---|---|---|" + "---|" * (len(kinds) + 2),
     ]
     for s in series:
         cells = []
@@ -295,7 +362,9 @@ def _fence_parts(r: Results) -> list[str]:
             cells.append(f"{_ms(seconds)} ({count:g})")
         m = s.summary()
         out.append(
-            f"| {s.rows:,} | {s.strategy} | " + " | ".join(cells) + f" | {_ms(m['fence_s'])} | "
+            f"| {s.rows:,} | {_methods(s)} | {s.strategy} | "
+            + " | ".join(cells)
+            + f" | {_ms(m['fence_s'])} | "
             f"{_ms(m['stock_view_s'])} |"
         )
     return out
@@ -358,7 +427,12 @@ def _jobs(r: Results) -> list[str]:
         " Job counts do not depend on warm-up."
         " Session: jobs from the SparkContext's status tracker, each traced to the statement"
         " dbt sent (a job group per statement). Thrift: the server's REST API"
-        " (`/api/v1/applications/<id>/jobs`), each job described by its statement.",
+        " (`/api/v1/applications/<id>/jobs`), each job described by its statement. Connect:"
+        " the same REST API on the Connect server; Spark Connect describes a job by its plan,"
+        " cut short, so each statement dbt sends carries a session tag of its own"
+        " (`SparkSession.addTag`), which Spark Connect copies into the job's tags. Stock"
+        " dbt-spark has no Connect method: over Connect only fenced runs, and its stock columns"
+        " are –; compare them with stock over Thrift, the same server build.",
         "",
         "*extra*: fenced minus stock, whole run. *fence statements*: the jobs of the"
         f" statements only the fence sends ({', '.join(FENCE_ONLY)}); the rest of any"
@@ -369,10 +443,10 @@ def _jobs(r: Results) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for c in r.jobs:
-        stock = "/".join(str(x.jobs) for x in c.of("stock"))
-        fenced = "/".join(str(x.jobs) for x in c.of("fenced"))
-        extra = "/".join(str(x) for x in c.extra)
-        fence = "/".join(str(x) for x in c.fence_statement_jobs)
+        stock = _slashed([x.jobs for x in c.of("stock")])
+        fenced = _slashed([x.jobs for x in c.of("fenced")])
+        extra = _slashed(c.extra)
+        fence = _slashed(c.fence_statement_jobs)
         out.append(
             f"| {c.method} | {c.strategy} | {c.stock_strategy} | {stock} | {fenced} | **{extra}** |"
             f" {fence} |"
@@ -383,13 +457,10 @@ def _jobs(r: Results) -> list[str]:
         "",
     ]
     for c in r.jobs:
-        stock, fenced = c.of("stock")[0], c.of("fenced")[0]
-        kinds = sorted(
-            set(stock.jobs_by_kind)
-            | set(fenced.jobs_by_kind)
-            | set(stock.statements)
-            | set(fenced.statements)
-        )
+        runs = [c.of("stock")[:1], c.of("fenced")[:1]]  # no stock run over Connect
+        kinds = sorted({k for run in runs for x in run for k in (*x.jobs_by_kind, *x.statements)})
+        # Thrift's jobs name their statement, but nothing counts the statements sent there.
+        sent = any(x.statements for run in runs for x in run)
         out += [
             f"**{c.method}, {c.strategy}**",
             "",
@@ -398,9 +469,11 @@ def _jobs(r: Results) -> list[str]:
         ]
         for k in kinds:
             cells = [
-                (f"{run.statements.get(k, 0)} / " if c.method == "session" else "")
-                + str(run.jobs_by_kind.get(k, 0))
-                for run in (stock, fenced)
+                (f"{run[0].statements.get(k, 0)} / " if sent else "")
+                + str(run[0].jobs_by_kind.get(k, 0))
+                if run
+                else "–"
+                for run in runs
             ]
             out.append(f"| {k} | {cells[0]} | {cells[1]} |")
         out.append("")
@@ -470,8 +543,10 @@ def _where(r: Results) -> list[str]:
         out.append(
             "- **Spark jobs.** Every `DESCRIBE HISTORY` runs one Spark job: Delta's"
             " `DeltaHistoryManager.getHistory` reads the commit files of the requested range in"
-            " `spark.range(start, latest + 1).mapPartitions(...).collect()`. Over thrift the"
-            " fence sends three per run (here: " + history_jobs("thrift") + " job(s)):"
+            " `spark.range(start, latest + 1).mapPartitions(...).collect()`. Over Thrift and"
+            " Connect the fence sends three per run (here: "
+            + "; ".join(f"{m} {history_jobs(m)}" for m in ("thrift", "connect"))
+            + " job(s)):"
             " capture (`adapter.fence_begin` → `Fence.capture`, whose rows also serve"
             " `Fence.check_earlier_runs`), pre-check"
             " (`Fence.precheck`) and verify (`Fence.commits_since`). On the session those reads"
@@ -600,6 +675,9 @@ def markdown(r: Results) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+METHOD_COLOURS = {"session": "#4a7fb5", "thrift": "#5cb85c", "connect": "#f0ad4e"}
+
+
 def picture(r: Results, path: str) -> None:
     import matplotlib
 
@@ -609,10 +687,19 @@ def picture(r: Results, path: str) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     (pairs_ax, history_ax), (jobs_ax, contention_ax) = axes
 
+    shown: set[str] = set()
     for i, s in enumerate(r.pairs):
         ratios = s.ratios()
         m = s.summary()
-        pairs_ax.scatter([i - 0.1] * len(ratios), ratios, color="#4a7fb5", alpha=0.6, s=18)
+        pairs_ax.scatter(
+            [i - 0.1] * len(ratios),
+            ratios,
+            color=METHOD_COLOURS.get(s.method, "#4a7fb5"),
+            alpha=0.6,
+            s=18,
+            label=None if s.method in shown else f"pairs, fenced {_methods(s)}",
+        )
+        shown.add(s.method)
         pairs_ax.hlines(m["median"], i - 0.3, i + 0.05, color="black")
         pairs_ax.errorbar(
             i + 0.15,
@@ -637,12 +724,12 @@ def picture(r: Results, path: str) -> None:
     pairs_ax.axhline(TARGET_RATIO, color="#d9534f", lw=0.8, ls="--", label="target 1.05")
     pairs_ax.set_xticks(
         range(len(r.pairs)),
-        [f"{s.strategy.replace('_', ' ')}\n{rows_label(s.rows)}" for s in r.pairs],
+        [f"{s.strategy.replace('_', ' ')}\n{s.method} {rows_label(s.rows)}" for s in r.pairs],
         fontsize=7,
         rotation=20,
         ha="right",
     )
-    pairs_ax.set_ylabel("fenced / stock execution time")
+    pairs_ax.set_ylabel("fenced / stock execution time (stock over Thrift for Connect)")
     pairs_ax.set_title("1. Per pair ratio (dots), median with its 95% CI", fontsize=10)
     pairs_ax.legend(fontsize=7)
 
@@ -674,7 +761,11 @@ def picture(r: Results, path: str) -> None:
     history_ax.set_title("2. History length", fontsize=10)
 
     labels = [f"{c.method}\n{c.strategy.replace('_', ' ')}" for c in r.jobs]
-    stock = [statistics.mean(x.jobs for x in c.of("stock")) for c in r.jobs]
+    # No bar for stock over Connect: stock dbt-spark has no Connect method.
+    stock = [
+        statistics.mean(x.jobs for x in c.of("stock")) if c.of("stock") else math.nan
+        for c in r.jobs
+    ]
     fence = [statistics.mean(c.fence_statement_jobs) for c in r.jobs]
     rest = [
         statistics.mean(x.jobs for x in c.of("fenced")) - f

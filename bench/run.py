@@ -23,6 +23,7 @@ from bench import contention, history, jobs, pairs, report
 from bench.lakehouse import REPO, Lakehouse
 
 PARTS = ("pairs", "history", "jobs", "contention")
+SERVER_PAIRS_CI = 15
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class Size:
     pair_rows: tuple[int, ...]
     pairs: int
     warmup: int
+    # Part 1 over the servers: stock and fenced over Thrift, fenced over Connect, at one size.
+    server_rows: int
+    server_pairs: int
     history_commits: tuple[int, ...]
     history_reps: int
     jobs_rows: int
@@ -45,6 +49,8 @@ SIZES = {
         pair_rows=(100_000,),
         pairs=15,
         warmup=1,
+        server_rows=100_000,
+        server_pairs=SERVER_PAIRS_CI,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,
         jobs_rows=10_000,
@@ -58,6 +64,8 @@ SIZES = {
         pair_rows=(100_000, 2_000_000),
         pairs=15,
         warmup=1,
+        server_rows=100_000,
+        server_pairs=15,
         history_commits=(10, 1_000, 10_000),
         history_reps=15,
         jobs_rows=100_000,
@@ -76,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default=",".join(PARTS), help=f"comma-separated parts: {','.join(PARTS)}"
     )
-    parser.add_argument("--no-thrift", action="store_true", help="jobs: the session only")
+    parser.add_argument(
+        "--no-servers",
+        "--no-thrift",
+        dest="no_servers",
+        action="store_true",
+        help="pairs and jobs: the session only (no Thrift or Connect server)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     parser.add_argument("--command", default=None, help="the command line the docs name")
     parser.add_argument("--workdir", default=os.path.join(REPO, ".cache", "bench"))
@@ -97,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # A fresh lakehouse: the embedded metastore (Derby) and the tables start empty.
-    for sub in ("lakehouse", "target", "thrift", "logs"):
+    for sub in ("lakehouse", "target", "thrift", "connect", "logs"):
         shutil.rmtree(os.path.join(args.workdir, sub), ignore_errors=True)
     os.makedirs(args.workdir, exist_ok=True)
     results = report.Results(args.size, command, report.machine_line(), report.now())
@@ -105,14 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     house = Lakehouse(args.workdir)
     try:
         if "pairs" in parts:
-            print("1. stock vs fenced, A B A B", flush=True)
-            results.pairs = pairs.run(house, size.pair_rows, size.pairs, size.warmup)
+            print("1. stock vs fenced, A B A B; then over Thrift and Connect", flush=True)
+            servers = None if args.no_servers else (size.server_rows, size.server_pairs)
+            results.pairs = pairs.run(house, size.pair_rows, size.pairs, size.warmup, servers)
         if "history" in parts:
             print("2. history length", flush=True)
             results.history = history.run(house, size.history_commits, size.history_reps)
         if "jobs" in parts:
             print("3. Spark jobs per model run", flush=True)
-            results.jobs = jobs.run(house, size.jobs_rows, size.jobs_runs, not args.no_thrift)
+            results.jobs = jobs.run(house, size.jobs_rows, size.jobs_runs, not args.no_servers)
         if "contention" in parts:
             print("4. contention", flush=True)
             results.contention = contention.run(

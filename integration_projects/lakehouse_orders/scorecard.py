@@ -200,8 +200,8 @@ class Lakehouse:
             os.environ[f"LAKEHOUSE_{kind.upper()}_PORT"] = str(self.servers[kind].port)
 
     def kind(self, adapter: str) -> str:
-        if self.method == "connect" and adapter == "fenced":
-            return "connect"
+        if self.method == "connect" and adapter == "stock":
+            return "thrift"
         return self.method
 
     def target(self, adapter: str) -> str:
