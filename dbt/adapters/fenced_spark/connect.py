@@ -52,13 +52,16 @@ def quiet_client() -> None:
 
 def message(exc: BaseException) -> str:
     """The server's own words (Spark's or Delta's), without the JVM stack or gRPC's dump."""
-    import grpc
-
+    try:
+        import grpc
+    except ImportError:  # the session method needs no gRPC
+        grpc = None
     cause: BaseException | None = exc
-    while cause is not None:  # pyspark may wrap the RPC's error (retries exceeded)
+    while grpc is not None and cause is not None:
         if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
             return f"{cause.code().name}: {cause.details()}"
-        cause = cause.__cause__ or cause.__context__
+        # pyspark raises a server's error `from None`: its words are the exception's own
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     return str(exc).split(STACKTRACE, 1)[0]
 
 
