@@ -55,7 +55,10 @@ WRITERS = {
 }
 SCHEMAS = {"stock": "demo_stock", "fenced": "demo_fenced"}  # as in profiles.yml
 FOREIGN_TAG = "foreign writer (scorecard)"
-SLOW_MS = 4000
+# Each slowed row of the write sleeps this long. The foreign commit fires once the write's job has
+# run 1 s and must land before the write commits: under load (make demo next to a test run),
+# 4 s was once too short for the foreign UPDATE, which then lost to our commit.
+SLOW_MS = 8000
 
 
 @dataclass(frozen=True)
