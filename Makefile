@@ -30,7 +30,7 @@ scorecard: setup
 
 # Stock dbt-spark vs fenced_spark in one process and one Spark JVM: overhead per run, history
 # length, Spark jobs per run (session and thrift), contention; regenerates docs/benchmarks.md
-# and .png. BENCH_SIZE=ci is the few-minute size CI runs; full adds 2M rows (about 30 min).
+# and .png. BENCH_SIZE=ci is what CI runs (part 1 alone ~25 min); full adds 2M rows (over 1 h).
 BENCH_SIZE ?= full
 bench: setup
 	$(PY) -m bench.run --size $(BENCH_SIZE) --command "make bench BENCH_SIZE=$(BENCH_SIZE)"

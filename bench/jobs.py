@@ -35,11 +35,13 @@ KINDS = [
     (r"^describe", "DESCRIBE"),
     (r"^show table extended", "SHOW TABLE EXTENDED"),
     (r"^show", "SHOW"),
+    (r"^select 1$", "SELECT 1 (opening a Connect session)"),
     (r"^select", "SELECT"),
     (r"^create", "CREATE"),
 ]
 
 FENCE_ONLY = ("DESCRIBE HISTORY", "SET / RESET", "DROP VIEW")
+OPEN_CHECK = "select 1"  # connect.open_session's liveness check
 
 
 def kind(sql: str) -> str:
@@ -208,7 +210,9 @@ class ServerProbe:
             ours = re.search(r"_Tag_(bench-statement-\d+)$", tag)
             if ours:
                 return sent.get(ours.group(1))
-        return None
+        # Every statement dbt sends is tagged; the only query before the first one on a
+        # session is connect.open_session's liveness check.
+        return OPEN_CHECK if "sql {" in (job.get("description") or "") else None
 
     def count(self, run: Run, first_job: int) -> None:
         wait_idle(self.server.active_job_ids)

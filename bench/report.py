@@ -13,7 +13,7 @@ from bench.contention import Batch, Contention
 from bench.history import HistoryResult
 from bench.jobs import FENCE_ONLY, Count, Run
 from bench.lakehouse import rows_label
-from bench.pairs import FENCE_KINDS, LOG_READS, RESAMPLES, Pair, Series
+from bench.pairs import FENCE_KINDS, LOG_READS, RESAMPLES, Pair, Series, median_interval
 
 TARGET_RATIO = 1.05  # fenced/stock, merge at 2M rows
 
@@ -188,8 +188,9 @@ def _pairs(r: Results) -> list[str]:
     out = [
         "## 1. The same model, stock dbt-spark vs fenced_spark (session, Thrift, Connect)",
         "",
-        "One process, one Spark JVM. For each size, `bench/project`'s model for each strategy is"
-        " built identically under both adapters (their own schemas, same source, same CTAS),"
+        "On the session: one process, one Spark JVM. For each size, `bench/project`'s model"
+        " for each strategy is built identically under both adapters (their own schemas, same"
+        " source, same CTAS),"
         " then run alternately: stock (A), fenced (B), A, B, each pair on the same 1% batch"
         " (half updates of recent keys, half new keys). Every model reads `{{ this }}` for a"
         " watermark, the read the fence pins to vB. The time is the model's `execution_time`"
@@ -296,9 +297,22 @@ def _servers_reading(r: Results) -> str:
             " statements per run)"
         )
 
+    def protocols() -> str:
+        # The same batch's fenced runs, Connect over Thrift: the protocols, the fence on both.
+        thrift = {s.strategy: s for s in r.pairs if s.method == "thrift"}
+        out = []
+        for c in (s for s in r.pairs if s.method == "connect" and s.strategy in thrift):
+            ratios = [
+                p.fenced / q.fenced for p, q in zip(c.pairs, thrift[c.strategy].pairs, strict=True)
+            ]
+            low, high = median_interval(ratios)
+            out.append(f"{c.strategy} {statistics.median(ratios):.3f} ({low:.3f}–{high:.3f})")
+        return ", ".join(out)
+
     return (
         "Over the servers, median fenced/stock (95% CI), stock over Thrift in both: fenced over"
-        f" Thrift {figures('thrift')}. Fenced over Connect {figures('connect')}."
+        f" Thrift {figures('thrift')}. Fenced over Connect {figures('connect')}. Fenced over"
+        f" Connect against fenced over Thrift on the same batch: {protocols()}."
     )
 
 
@@ -432,7 +446,9 @@ def _jobs(r: Results) -> list[str]:
         " cut short, so each statement dbt sends carries a session tag of its own"
         " (`SparkSession.addTag`), which Spark Connect copies into the job's tags. Stock"
         " dbt-spark has no Connect method: over Connect only fenced runs, and its stock columns"
-        " are –; compare them with stock over Thrift, the same server build.",
+        " are –; compare them with stock over Thrift, the same server build. Each dbt"
+        " connection over Connect opens its own session and checks it with `select 1`, one"
+        " Spark job each: the Connect method's cost, not the fence's.",
         "",
         "*extra*: fenced minus stock, whole run. *fence statements*: the jobs of the"
         f" statements only the fence sends ({', '.join(FENCE_ONLY)}); the rest of any"
@@ -445,10 +461,10 @@ def _jobs(r: Results) -> list[str]:
     for c in r.jobs:
         stock = _slashed([x.jobs for x in c.of("stock")])
         fenced = _slashed([x.jobs for x in c.of("fenced")])
-        extra = _slashed(c.extra)
+        extra = f"**{_slashed(c.extra)}**" if c.extra else "–"
         fence = _slashed(c.fence_statement_jobs)
         out.append(
-            f"| {c.method} | {c.strategy} | {c.stock_strategy} | {stock} | {fenced} | **{extra}** |"
+            f"| {c.method} | {c.strategy} | {c.stock_strategy} | {stock} | {fenced} | {extra} |"
             f" {fence} |"
         )
     out += [
@@ -553,7 +569,7 @@ def _where(r: Results) -> list[str]:
             " go to `LogTail` (`fence/delta_log.py`, chosen by `FenceSql.log` in `impl.py`),"
             " which reads the log's files on the driver: DESCRIBE HISTORY jobs per run here: "
             + history_jobs("session")
-            + ". The SETs/RESETs, the staging view and its DROP run no job on either method."
+            + ". The SETs/RESETs, the staging view and its DROP run no job on any method."
         )
     for reader in ("delta_log", "sql"):
         rows = [h for h in r.history if h.reader == reader]
@@ -697,7 +713,9 @@ def picture(r: Results, path: str) -> None:
             color=METHOD_COLOURS.get(s.method, "#4a7fb5"),
             alpha=0.6,
             s=18,
-            label=None if s.method in shown else f"pairs, fenced {_methods(s)}",
+            label=None
+            if s.method in shown
+            else f"pairs, fenced {s.method}, stock {s.stock_method}",
         )
         shown.add(s.method)
         pairs_ax.hlines(m["median"], i - 0.3, i + 0.05, color="black")
@@ -731,7 +749,7 @@ def picture(r: Results, path: str) -> None:
     )
     pairs_ax.set_ylabel("fenced / stock execution time (stock over Thrift for Connect)")
     pairs_ax.set_title("1. Per pair ratio (dots), median with its 95% CI", fontsize=10)
-    pairs_ax.legend(fontsize=7)
+    pairs_ax.legend(fontsize=6, ncol=2)
 
     if r.history:
         for reader, style in (("delta_log", "-"), ("sql", "--")):
