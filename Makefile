@@ -28,9 +28,10 @@ demo: setup
 scorecard: setup
 	$(PY) integration_projects/lakehouse_orders/scorecard.py --command "make scorecard"
 
-# Stock dbt-spark vs fenced_spark in one process and one Spark JVM: overhead per run, history
-# length, Spark jobs per run (session and thrift), contention; regenerates docs/benchmarks.md
-# and .png. BENCH_SIZE=ci is what CI runs (part 1 alone ~25 min); full adds 2M rows (over 1 h).
+# Stock dbt-spark vs fenced_spark in one process and one Spark JVM (and over the harness's Thrift
+# and Connect servers): overhead per run, history length, Spark jobs per run, contention;
+# regenerates docs/benchmarks.md and .png. BENCH_SIZE=ci is the smaller size (part 1 alone
+# ~25 min, estimated); full adds 2M rows (over 1 h). CI does not run it.
 BENCH_SIZE ?= full
 bench: setup
 	$(PY) -m bench.run --size $(BENCH_SIZE) --command "make bench BENCH_SIZE=$(BENCH_SIZE)"

@@ -58,3 +58,17 @@ def test_message_is_the_rpc_status_not_grpcs_dump():
 def test_message_drops_the_jvm_stack():
     error = Exception("[DELTA_CONCURRENT_APPEND] ... retry.\n\nJVM stacktrace:\norg.apache...")
     assert connect.message(error) == "[DELTA_CONCURRENT_APPEND] ... retry."
+
+
+def test_unreachable_server_wrapped_by_pyspark_gives_the_status():
+    # pyspark raises SparkConnectGrpcException(str(rpc_error)) from None when no server answered
+    rpc = FakeRpcError()
+    wrapped = RuntimeError("<_InactiveRpcError ... debug_error_string = ...>")
+    wrapped.__context__, wrapped.__suppress_context__ = rpc, True
+    assert connect.message(wrapped) == "UNAVAILABLE: failed to connect to all addresses"
+
+
+def test_server_error_keeps_its_own_words_over_the_rpc_context():
+    error = RuntimeError("[UNRESOLVED_COLUMN] no_such_column")
+    error.__context__, error.__suppress_context__ = FakeRpcError(), True
+    assert connect.message(error) == "[UNRESOLVED_COLUMN] no_such_column"
