@@ -10,10 +10,8 @@ jobs' tags. Stock dbt-spark has no Connect method: over Connect, fenced runs onl
 """
 
 import itertools
-import json
 import re
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -174,14 +172,10 @@ class ServerProbe:
 
     def __init__(self, server: Any) -> None:
         self.server = server
-        self.base = f"http://127.0.0.1:{server.ui_port}/api/v1/applications"
         self.statements = Statements()
 
     def jobs(self) -> list[dict]:
-        with urllib.request.urlopen(self.base, timeout=10) as response:
-            app = json.load(response)[0]["id"]
-        with urllib.request.urlopen(f"{self.base}/{app}/jobs", timeout=10) as response:
-            return json.load(response)
+        return self.server.rest("jobs")
 
     def last_job(self) -> int:
         return max((j["jobId"] for j in self.jobs()), default=-1)

@@ -54,7 +54,19 @@ class SqlResult:
         return self._rows
 
 
-class ThriftClient:
+class ServerClient:
+    """What both servers' clients share: another client of the same server, its running jobs."""
+
+    server: "SparkServer"
+
+    def newSession(self) -> "ServerClient":  # noqa: N802 - SparkSession's name
+        return self.server.client()
+
+    def active_job_ids(self) -> set[int]:
+        return self.server.active_job_ids()
+
+
+class ThriftClient(ServerClient):
     """A plain SQL client of a Thrift server (PyHive), like a notebook next to the pipeline,
     shaped like the SparkSession the tests read with: `sql(...).collect()` gives rows with
     attribute access, `newSession()` another client."""
@@ -77,17 +89,11 @@ class ThriftClient:
         finally:
             cursor.close()
 
-    def newSession(self) -> "ThriftClient":  # noqa: N802 - SparkSession's name
-        return self.server.client()  # type: ignore[return-value]
-
-    def active_job_ids(self) -> set[int]:
-        return self.server.active_job_ids()
-
     def close(self) -> None:
         self._connection.close()
 
 
-class ConnectClient:
+class ConnectClient(ServerClient):
     """A Spark Connect session of its own (pyspark's Connect client); `newSession()` opens
     another session on the server, as a second notebook would."""
 
@@ -105,12 +111,6 @@ class ConnectClient:
     def sql(self, statement: str) -> Any:
         # SQL commands run eagerly over Connect; a query runs at collect().
         return self.session.sql(statement)
-
-    def newSession(self) -> "ConnectClient":  # noqa: N802 - SparkSession's name
-        return self.server.client()  # type: ignore[return-value]
-
-    def active_job_ids(self) -> set[int]:
-        return self.server.active_job_ids()
 
     def close(self) -> None:
         self.session.stop()
@@ -138,7 +138,7 @@ class SparkServer:
             return f"sc://{self.host}:{self.port}"
         return f"{self.host}:{self.port}"
 
-    def client(self) -> ThriftClient | ConnectClient:
+    def client(self) -> ServerClient:
         client = ThriftClient(self) if self.kind == "thrift" else ConnectClient(self)
         self.clients.append(client)
         return client
@@ -156,18 +156,18 @@ class SparkServer:
 
     def active_job_ids(self) -> set[int]:
         """Running Spark jobs, from the server's REST API (what a status tracker would say)."""
-        base = f"http://127.0.0.1:{self.ui_port}/api/v1/applications"
-        with urllib.request.urlopen(base, timeout=10) as response:
-            app = json.load(response)[0]["id"]
-        with urllib.request.urlopen(f"{base}/{app}/jobs?status=running", timeout=10) as response:
-            return {job["jobId"] for job in json.load(response)}
+        return {job["jobId"] for job in self.rest("jobs?status=running")}
 
     def executors(self) -> list[dict]:
         """The application's executors as the REST API lists them (the driver included)."""
+        return self.rest("executors")
+
+    def rest(self, path: str) -> Any:
+        """The server's one application's REST API at `path`."""
         base = f"http://127.0.0.1:{self.ui_port}/api/v1/applications"
         with urllib.request.urlopen(base, timeout=10) as response:
             app = json.load(response)[0]["id"]
-        with urllib.request.urlopen(f"{base}/{app}/executors", timeout=10) as response:
+        with urllib.request.urlopen(f"{base}/{app}/{path}", timeout=10) as response:
             return json.load(response)
 
     def stop(self) -> None:
