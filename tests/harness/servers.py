@@ -6,6 +6,7 @@ standalone cluster's master (`cluster.py`) to run its executors on.
 """
 
 import contextlib
+import datetime
 import json
 import logging
 import os
@@ -85,12 +86,25 @@ class ThriftClient(ServerClient):
                 return SqlResult([], [])
             names = [column[0] for column in cursor.description]
             row = namedtuple("Row", names, rename=True)  # type: ignore[misc]
-            return SqlResult(names, [row(*values) for values in cursor.fetchall()])
+            # PyHive parses timestamps but hands dates back as text; a Connect or embedded
+            # session gives datetime.date, and the scorecard compares their rows.
+            dates = [column[1] == "DATE_TYPE" for column in cursor.description]
+            return SqlResult(
+                names,
+                [
+                    row(*(_date(v) if d else v for v, d in zip(values, dates, strict=True)))
+                    for values in cursor.fetchall()
+                ],
+            )
         finally:
             cursor.close()
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _date(value: Any) -> Any:
+    return datetime.date.fromisoformat(value) if isinstance(value, str) else value
 
 
 class ConnectClient(ServerClient):
