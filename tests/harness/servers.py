@@ -162,7 +162,9 @@ class SparkServer:
         dbt-spark has no Connect method)."""
         target: dict[str, Any] = {"type": adapter, "method": self.kind, "schema": schema}
         if self.kind == "thrift":
-            target.update(host=self.host, port=self.port, user="dbt")
+            # dbt-spark sleeps poll_interval (5 s by default) whenever a statement is still
+            # running when first polled: each run's time would snap to steps of 5 s.
+            target.update(host=self.host, port=self.port, user="dbt", poll_interval=1)
         else:
             target.update(host=self.url)
         target.update({"connect_retries": 3, "connect_timeout": 5, "threads": 1, **extra})
