@@ -32,9 +32,13 @@ scorecard: setup
 # and Connect servers): overhead per run, history length, Spark jobs per run, contention;
 # regenerates docs/benchmarks.md and .png. BENCH_SIZE=ci is the smaller size (part 1 alone
 # ~25 min, estimated); full adds 2M rows (over 1 h). CI does not run it.
+# BENCH_ONLY=build (comma-separated parts) measures those parts alone and keeps the last run's
+# others in docs/benchmarks.md, each part saying which command measured it.
 BENCH_SIZE ?= full
+BENCH_ONLY ?=
 bench: setup
-	$(PY) -m bench.run --size $(BENCH_SIZE) --command "make bench BENCH_SIZE=$(BENCH_SIZE)"
+	$(PY) -m bench.run --size $(BENCH_SIZE) $(if $(BENCH_ONLY),--only $(BENCH_ONLY)) \
+	  --command "make bench BENCH_SIZE=$(BENCH_SIZE)$(if $(BENCH_ONLY), BENCH_ONLY=$(BENCH_ONLY))"
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 define pytest
@@ -44,10 +48,12 @@ endef
 
 # The fence tests that also run over a server in `make test` (one server per pytest run).
 THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_node_transaction.py \
-	tests/functional/test_merge_fence.py
+	tests/functional/test_merge_fence.py tests/functional/test_snapshot_processes.py \
+	tests/functional/test_run_settings.py
 CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
-	tests/functional/test_bad_input.py tests/functional/test_cluster.py
+	tests/functional/test_bad_input.py tests/functional/test_cluster.py \
+	tests/functional/test_conflicts.py
 
 # Everything on the embedded session, then the fence over thrift, then over Spark Connect with
 # its executors on a standalone cluster (test_cluster.py needs one; the rest do not mind).
@@ -79,20 +85,25 @@ cluster: setup
 	  --command "make cluster"
 
 # dbt's adapter tests on the three profiles; regenerates docs/conformance.md from the runs.
+# Every profile runs and the report is written even when one fails; then make fails if any
+# pytest run did (a failed class is a failure, not a line in the doc).
+CONFORMANCE_ARGS ?=
 conformance: setup
 	mkdir -p .cache/conformance
-	-$(PY) -m pytest tests/conformance --profile session -q -ra \
-	  --junitxml=.cache/conformance/session.xml
-	-$(PY) -m pytest tests/conformance --profile thrift -q -ra \
-	  --junitxml=.cache/conformance/thrift.xml
-	-$(PY) -m pytest tests/conformance --profile connect -q -ra \
-	  --junitxml=.cache/conformance/connect.xml
+	rc=0; \
+	for profile in session thrift connect; do \
+	  $(PY) -m pytest tests/conformance --profile $$profile -q -ra $(CONFORMANCE_ARGS) \
+	    --junitxml=.cache/conformance/$$profile.xml || { echo "conformance failed on $$profile" >&2; rc=1; }; \
+	done; \
 	$(PY) -m tests.conformance.report --command "make conformance" \
-	  .cache/conformance/session.xml .cache/conformance/thrift.xml .cache/conformance/connect.xml
+	  .cache/conformance/session.xml .cache/conformance/thrift.xml \
+	  .cache/conformance/connect.xml || rc=1; \
+	exit $$rc
 
 # The long crash and soak runs (make test runs short ones); regenerates docs/reliability.md.
 CRASH_TRIALS ?= 25
 SOAK_TRIALS ?= 100
+reliability: export RELIABILITY_RECORDS := $(CURDIR)/.cache/reliability
 reliability: setup
 	CRASH_TRIALS=$(CRASH_TRIALS) SOAK_TRIALS=$(SOAK_TRIALS) \
 	  $(call pytest,tests/functional/test_crash.py tests/functional/test_soak.py -q -ra)

@@ -4,9 +4,8 @@ servers when a part asks for them."""
 
 import json
 import os
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +20,9 @@ from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     HistoryReader,
     SqlHistory,
-    parse_history,
 )
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from tests.harness.runner import SessionRunner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -46,26 +45,27 @@ class Call:
 READERS = ("delta_log", "sql")  # the session's reader; DESCRIBE HISTORY (thrift's path)
 
 
-class FenceRunner:
-    """The fence's SqlRunner over one session, as fenced_spark's FenceSql runs it over a dbt
-    connection: the same statements, errors and history reads; each call timed. `reader` is
-    the adapter's choice on the session (the Delta log) or its SQL path (DESCRIBE HISTORY)."""
+class FenceRunner(SessionRunner):
+    """The harness's SqlRunner with each statement and probe timed. `reader` is the adapter's
+    choice on the session (the Delta log) or its SQL path (DESCRIBE HISTORY)."""
 
     def __init__(self, spark: Any, reader: str = "delta_log") -> None:
+        super().__init__(spark)
         self.spark = spark
         self.reader = reader
         self.calls: list[Call] = []
 
     def execute(self, sql: str) -> None:
         started = time.perf_counter()
-        with spark_errors():
-            self.spark.sql(sql)
+        super().execute(sql)
         self.calls.append(Call("execute", sql, time.perf_counter() - started))
 
-    def history(self, table: str, limit: int) -> list[Commit]:
-        with spark_errors():
-            frame = self.spark.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}")
-            return parse_history(frame.columns, frame.collect())
+    # The conflict analysis's reads, as FenceSql makes them.
+    def fetch(self, sql: str) -> list[Any]:
+        started = time.perf_counter()
+        rows = super().fetch(sql)
+        self.calls.append(Call("probe", sql, time.perf_counter() - started))
+        return rows
 
     def fence(self) -> Fence:
         """A Fence as the adapter builds one for a step: its reader new, nothing cached."""
@@ -106,6 +106,20 @@ class TimedLog:
     def commits_since(self, table: str, version: int) -> list[Commit]:
         return self._timed(f"since {table}", lambda: self.log.commits_since(table, version))
 
+    def recent(self, table: str, limit: int) -> Iterator[Commit]:
+        return self._timed(f"recent {table}", lambda: iter(list(self.log.recent(table, limit))))
+
+    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
+        return self._timed(f"actions {table}", lambda: self.log.actions(table, versions))
+
+
+def project_args(project: str, target: str, target_path: str, log_path: str) -> list[str]:
+    """dbt's arguments for a bench project whose profiles.yml sits beside it."""
+    return [
+        *("--project-dir", project, "--profiles-dir", project, "--target", target),
+        *("--target-path", target_path, "--log-path", log_path),
+    ]
+
 
 class Lakehouse:
     def __init__(self, workdir: str) -> None:
@@ -119,6 +133,11 @@ class Lakehouse:
         self.servers: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
 
+    @staticmethod
+    def jars_cache() -> str:
+        """Where fenced_spark's session keeps Delta's jars (the Makefile sets it in the clone)."""
+        return str(FencedSparkCredentials(schema="bench", folder=REPO).jars_cache)
+
     def connection(self) -> Any:
         """A session exactly as fenced_spark opens one per dbt connection."""
         return session.connection_session(self.creds)
@@ -131,7 +150,6 @@ class Lakehouse:
     def start_server(self, kind: str) -> Any:
         """The harness's Thrift or Connect server for this lakehouse, started once."""
         if kind not in self.servers:
-            sys.path.insert(0, REPO)
             from tests.harness import servers
 
             server = servers.start(kind, os.path.join(self.workdir, kind), self.creds.jars_cache)
@@ -193,16 +211,7 @@ class Lakehouse:
             [
                 "--quiet",
                 *args,
-                "--project-dir",
-                PROJECT,
-                "--profiles-dir",
-                PROJECT,
-                "--target",
-                target,
-                "--target-path",
-                target_path,
-                "--log-path",
-                os.path.join(self.workdir, "logs"),
+                *project_args(PROJECT, target, target_path, os.path.join(self.workdir, "logs")),
             ]
         )
         if result.exception is not None:

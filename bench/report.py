@@ -1,5 +1,6 @@
 """docs/benchmarks.md and docs/benchmarks.png from one run's results."""
 
+import dataclasses
 import datetime
 import json
 import math
@@ -9,11 +10,14 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+from bench.build import TARGETS, Build
+from bench.build import summary as build_summary
 from bench.contention import Batch, Contention
 from bench.history import HistoryResult
 from bench.jobs import FENCE_ONLY, Count, Run
 from bench.lakehouse import rows_label
 from bench.pairs import FENCE_KINDS, LOG_READS, RESAMPLES, Pair, Series, median_interval
+from bench.partitions import Partitions
 
 TARGET_RATIO = 1.05  # fenced/stock, merge at 2M rows
 
@@ -29,6 +33,10 @@ class Results:
     history: list[HistoryResult] = field(default_factory=list)
     jobs: list[Count] = field(default_factory=list)
     contention: list[Contention] = field(default_factory=list)
+    partitions: list[Partitions] = field(default_factory=list)
+    build: list[Build] = field(default_factory=list)
+    # Parts measured by another run than the header's (`--only`): part -> "`command` on date".
+    measured_apart: dict[str, str] = field(default_factory=dict)
     # The measuring machine's, not the one that redraws the docs.
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
@@ -56,7 +64,19 @@ class Results:
                 Contention(**{**c, "batches": [Batch(**b) for b in c["batches"]]})
                 for c in data["contention"]
             ],
+            partitions=[Partitions(**p) for p in data.get("partitions", [])],
+            build=[Build(**b) for b in data.get("build", [])],
+            measured_apart=data.get("measured_apart", {}),
         )
+
+
+def merged(last: Results, new: Results, parts: list[str]) -> Results:
+    """The last run's results with `parts` replaced by a run of those parts alone."""
+    out = dataclasses.replace(last, measured_apart=dict(last.measured_apart))
+    for part in parts:
+        setattr(out, part, getattr(new, part))
+        out.measured_apart[part] = f"`{new.command}` on {new.started} ({new.seconds / 60:.1f} min)"
+    return out
 
 
 def machine_line() -> str:
@@ -145,6 +165,26 @@ def _targets(r: Results) -> list[str]:
         out.append(
             f"| contention: fenced throughput at K={k} at least half of unfenced | "
             f"{ratio:.2f} of unfenced | {_yes(ratio >= 0.5)} |"
+        )
+    own = {p.mode: p for p in r.partitions if not p.shared}
+    if len(own) == 2:
+        fenced, unfenced = own["fenced"], own["unfenced"]
+        ratio = fenced.per_minute / unfenced.per_minute if unfenced.per_minute else 0.0
+        total = fenced.writers * fenced.per_writer
+        out.append(
+            f"| partitions: {fenced.writers} writers on their own partitions + OPTIMIZE: 0 "
+            f"refusals by the vB gap, every batch committed (fence_retries 3), at least 0.9 "
+            f"of unfenced | {fenced.refused_gap} by the gap, {fenced.refused_in_write} by "
+            f"Delta during the write; {fenced.committed}/{total} committed; {ratio:.2f} of "
+            f"unfenced | "
+            f"{_yes(fenced.refused_gap == 0 and fenced.committed == total and ratio >= 0.9)} |"
+        )
+    if r.build:
+        mid, low, high = build_summary(r.build, "fenced")
+        out.append(
+            f"| small project's cold `dbt build`, session: fenced_spark at most half of stock's "
+            f"wall time | {mid:.2f} of stock (95% interval {low:.2f}–{high:.2f}) | "
+            f"{_yes(0 < mid <= 0.5)} |"
         )
     return out
 
@@ -544,6 +584,86 @@ def _contention(r: Results) -> list[str]:
     return out
 
 
+def _partitions(r: Results) -> list[str]:
+    out = [
+        "## 5. Writers on disjoint partitions, beside a compaction job",
+        "",
+        "Four writers on one table partitioned by `p`, each on its own partition (then all on "
+        "one): two replace_where (each batch replaces its own slot), two self-reading appends "
+        "(each batch reads its partition of the target at vB), and an OPTIMIZE loop every "
+        "0.5 s. Fenced through the conflict analysis with `fence_retries: 3`; unfenced as "
+        "stock dbt-spark runs the same statements (`bench/partitions.py`).",
+        "",
+        "| partitions | mode | committed | batches/min | refused by the vB gap | refused by "
+        "Delta during the write | OPTIMIZE committed / failed | lost | duplicated |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in r.partitions:
+        out.append(
+            f"| {'one shared' if p.shared else 'own'} | {p.mode} | {p.committed}/"
+            f"{p.writers * p.per_writer} | {p.per_minute:.1f} | {p.refused_gap} | "
+            f"{p.refused_in_write} | {p.optimizes} / {p.optimize_failures} | {p.lost} | "
+            f"{p.duplicated} |"
+        )
+    causes = Counter()
+    for p in r.partitions:
+        causes.update(p.causes)
+    if causes:
+        out += ["", "What refused the fenced attempts:", ""]
+        out += [f"- {n} × {cause}" for cause, n in causes.most_common(6)]
+    return out
+
+
+BUILD_LABELS = {
+    "fenced": "fenced_spark's session (its defaults)",
+    "stock": "stock dbt-spark's session with Delta",
+    "spark_defaults": "fenced_spark's session with Spark's and Delta's defaults",
+}
+
+
+def _build(r: Results) -> list[str]:
+    out = [
+        "## 6. A small project's `dbt build` from a cold start",
+        "",
+        "`bench/build_project`: 3 seeds of 100 rows, 3 views, 2 tables and 20 data tests (28 "
+        "nodes, 2 threads), each `dbt build` in its own process on a fresh folder (a new JVM, "
+        "empty warehouse and metastore, Delta's jars already cached), the three targets in "
+        "rotating order per round (`bench/build.py`). *spark_defaults* is fenced_spark's "
+        "session with `spark.sql.shuffle.partitions` 200, "
+        "`spark.databricks.delta.snapshotPartitions` 50, "
+        "`spark.sql.sources.parallelPartitionDiscovery.parallelism` 10000 and Ivy resolving the "
+        "package at start: the session before it sized itself (README, *Session defaults*).",
+        "",
+        "| target | builds ok | median s | ratio to stock (median, 95% interval) |",
+        "|---|---|---|---|",
+    ]
+    for target in TARGETS:
+        runs = [b for b in r.build if b.target == target]
+        ok = [b.seconds for b in runs if b.ok]
+        median_s = statistics.median(ok) if ok else 0.0
+        if target == "stock":
+            ratio = "1"
+        else:
+            mid, low, high = build_summary(r.build, target)
+            ratio = f"{mid:.2f} ({low:.2f}–{high:.2f})"
+        out.append(f"| {BUILD_LABELS[target]} | {len(ok)}/{len(runs)} | {median_s:.1f} | {ratio} |")
+    kinds = ("seed", "model", "test", "other")
+    out += [
+        "",
+        "Statements dbt sent per build, by node kind (from each build's `dbt.log`; the same "
+        "in every round):",
+        "",
+        "| target | " + " | ".join(kinds) + " |",
+        "|---|" + "---|" * len(kinds),
+    ]
+    for target in TARGETS:
+        first = next((b for b in r.build if b.target == target and b.ok), None)
+        if first is not None:
+            counts = " | ".join(str(first.statements.get(k, 0)) for k in kinds)
+            out.append(f"| {BUILD_LABELS[target]} | {counts} |")
+    return out
+
+
 def _where(r: Results) -> list[str]:
     """The fence's cost, traced to its source, in this run's figures."""
     out = []
@@ -679,14 +799,19 @@ def markdown(r: Results) -> str:
         *_targets(r),
         "",
     ]
-    for part, render in (
-        (r.pairs, _pairs),
-        (r.history, _history),
-        (r.jobs, _jobs),
-        (r.contention, _contention),
+    for name, render in (
+        ("pairs", _pairs),
+        ("history", _history),
+        ("jobs", _jobs),
+        ("contention", _contention),
+        ("partitions", _partitions),
+        ("build", _build),
     ):
-        if part:
-            out += [*render(r), ""]
+        if getattr(r, name):
+            heading, *body = render(r)
+            # A part measured by another run than the header's says which, under its heading.
+            apart = r.measured_apart.get(name)
+            out += [heading, *(["", f"Measured apart: {apart}."] if apart else []), *body, ""]
     out += _where(r)
     return "\n".join(out).rstrip() + "\n"
 

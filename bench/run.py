@@ -21,10 +21,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-from bench import contention, history, jobs, pairs, report
+from bench import build, contention, history, jobs, pairs, partitions, report
 from bench.lakehouse import REPO, Lakehouse
 
-PARTS = ("pairs", "history", "jobs", "contention")
+PARTS = ("pairs", "history", "jobs", "contention", "partitions", "build")
+
+
+# Part 5's writers: two replace_where, two self-reading appends, with fence_retries 3.
+PARTITION_WRITERS = 4
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class Size:
     batches_per_thread: int
     batch_rows: int
     fence_retries: int
+    # Part 6: rounds of the three cold `dbt build`s.
+    build_rounds: int
 
 
 SIZES = {
@@ -61,6 +67,7 @@ SIZES = {
         batches_per_thread=2,
         batch_rows=1_000,
         fence_retries=30,
+        build_rounds=3,
     ),
     "full": Size(
         pair_rows=(100_000, 2_000_000),
@@ -76,6 +83,7 @@ SIZES = {
         batches_per_thread=5,
         batch_rows=10_000,
         fence_retries=30,
+        build_rounds=7,
     ),
 }
 
@@ -113,11 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # A fresh lakehouse: the embedded metastore (Derby) and the tables start empty.
-    for sub in ("lakehouse", "target", "thrift", "connect", "logs"):
+    for sub in ("lakehouse", "target", "thrift", "connect", "logs", "build"):
         shutil.rmtree(os.path.join(args.workdir, sub), ignore_errors=True)
     os.makedirs(args.workdir, exist_ok=True)
     results = report.Results(args.size, command, report.machine_line(), report.now())
     started = time.monotonic()
+    if "build" in parts:
+        # First, before this process starts a JVM of its own: each build starts its own.
+        print("6. a small project's dbt build from a cold start", flush=True)
+        jars = Lakehouse.jars_cache()
+        results.build = build.run(args.workdir, size.build_rounds, jars)
+    if set(parts) <= {"build"}:
+        return finish(results, parts, raw, args.no_write, started)
     house = Lakehouse(args.workdir)
     try:
         if "pairs" in parts:
@@ -140,19 +155,33 @@ def main(argv: list[str] | None = None) -> int:
                 size.fence_retries,
                 results.cores,
             )
+        if "partitions" in parts:
+            print("5. writers on disjoint partitions, with a compaction job", flush=True)
+            results.partitions = partitions.run(
+                house, PARTITION_WRITERS, size.batches_per_thread + 1, size.batch_rows, 3
+            )
     finally:
         house.close()
-    results.seconds = time.monotonic() - started
+    return finish(results, parts, raw, args.no_write, started)
 
+
+def finish(
+    results: report.Results, parts: list[str], raw: str, no_write: bool, started: float
+) -> int:
+    results.seconds = time.monotonic() - started
+    print(f"This run took {results.seconds / 60:.1f} min", flush=True)
+    if set(parts) != set(PARTS) and os.path.exists(raw):
+        # A run of some parts keeps the last run's other parts, each with its own command.
+        results = report.merged(report.Results.load(raw), results, parts)
     with open(raw, "w") as f:
         json.dump(dataclasses.asdict(results), f, indent=1, default=str)
-    return publish(results, raw, args.no_write)
+    return publish(results, raw, no_write)
 
 
 def publish(results: report.Results, raw: str, no_write: bool) -> int:
     text = report.markdown(results)
     print("\n" + text)
-    print(f"Benchmarks finished in {results.seconds / 60:.1f} min; raw figures in {raw}")
+    print(f"Raw figures in {raw}")
     if not no_write:
         docs = os.path.join(REPO, "docs")
         with open(os.path.join(docs, "benchmarks.md"), "w") as f:

@@ -66,6 +66,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"{profile}: {reason}"))
 
 
+@pytest.fixture(autouse=True)
+def _disarm_foreign_writers():
+    """A foreign writer armed to fire on "a Spark job has run for 1 s" must not outlive its
+    test: if the test failed before join(), it would commit into whatever runs next."""
+    from tests.harness.writer import disarm_all
+
+    try:
+        yield
+    finally:
+        disarm_all()
+
+
 @pytest.fixture(scope="session")
 def dbt_profile_name(request: pytest.FixtureRequest) -> str:
     return request.config.getoption("--profile")
@@ -74,6 +86,16 @@ def dbt_profile_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("lakehouse"))
+
+
+@pytest.fixture(scope="session")
+def reliability_records(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where the crash and soak tests leave their records: RELIABILITY_RECORDS when
+    `make reliability` asks for them (docs/reliability.md), else the run's temp folder, so a
+    test run never writes into the clone."""
+    folder = os.environ.get("RELIABILITY_RECORDS") or str(tmp_path_factory.mktemp("reliability"))
+    os.makedirs(folder, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from collections import Counter
 from bench.report import machine_line
 from tests.conftest import REPO
 
-RECORDS = os.path.join(REPO, ".cache", "reliability")
+RECORDS = os.environ.get("RELIABILITY_RECORDS") or os.path.join(REPO, ".cache", "reliability")
 
 
 def load(name: str) -> dict:

@@ -160,6 +160,37 @@ RACES = {
         "select count(*) from {t} where event_type = 'correction'",
         upstream=True,
     ),
+    # No conflict: a foreign commit that touches nothing the node read or writes. Both adapters
+    # must commit over it (or fail in Delta's own words while the write runs), losing nothing.
+    "merge_other_key": Race(
+        "merge (no conflict: another key)",
+        "merge",
+        "orders",
+        "day 2's run ships order 1; a notebook inserts order 99, which day 2 does not touch",
+        "insert into {t} values (99, 'placed', 5, 2)",
+        "order_id",
+        "select count(*) from {t} where order_id = 99",
+    ),
+    "merge_optimize": Race(
+        "merge (no conflict: OPTIMIZE)",
+        "merge",
+        "orders",
+        "day 2's run ships order 1; a maintenance job compacts the table (no data change)",
+        "optimize {t}",
+        "order_id",
+        "select 1",
+    ),
+    "replace_where_other_day": Race(
+        "replace_where (no conflict: a row of another day)",
+        "insert_overwrite",
+        "daily_order_events",
+        "day 2's run replaces the days from 2026-01-02; an analyst inserts a correction row for"
+        " 2026-01-01, a day it neither reads nor replaces",
+        "insert into {t} values ('correction', 1, date'2026-01-01')",
+        "concat(event_date, event_type)",
+        "select count(*) from {t} where event_type = 'correction'",
+        upstream=True,
+    ),
     "microbatch": Race(
         "microbatch",
         "microbatch",
@@ -313,6 +344,12 @@ class Outcome:
     rows: list[tuple] = field(default_factory=list)
     foreign_effect_present: bool = False
     duplicated: int = 0
+    # The table as the foreign commit left it: a failed run must leave exactly that.
+    rows_at_foreign: list[tuple] | None = None
+    # The project's tests of the model after the race (and after the re-run that a failed
+    # run asks for): the names of those that failed; None when they did not run.
+    tests_failed: list[str] | None = None
+    reran: str | None = None  # the re-run's status
 
 
 def changed_rows(operation: str, metrics: dict | str) -> str:
@@ -409,18 +446,22 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             writer.when(job_running_for(active_jobs(root)), foreign_sql)
 
     errors: list[str] = []
-    with race_window(open_race_window):
-        result = dbt(
-            race.command,
-            "--select",
-            race.model,
-            "--vars",
-            json.dumps(day2),
-            *race.flags_day(2),
-            target=target,
-            lakehouse=lakehouse,
-            errors=errors,
-        )
+    try:
+        with race_window(open_race_window):
+            result = dbt(
+                race.command,
+                "--select",
+                race.model,
+                "--vars",
+                json.dumps(day2),
+                *race.flags_day(2),
+                target=target,
+                lakehouse=lakehouse,
+                errors=errors,
+            )
+    except BaseException:
+        writer.cancel()  # an armed writer must not fire into the next race
+        raise
     if timing == "during":
         writer.join()  # raises the foreign writer's own error, if any
 
@@ -448,11 +489,38 @@ def run_race(race: Race, timing: str, adapter: str, house: Lakehouse) -> Outcome
             outcome.foreign_version = row.version
     prove_timing(race, timing, outcome)
     outcome.rows = [tuple(r) for r in root.sql(race.contents.format(t=table)).collect()]
+    if outcome.foreign_version is not None:
+        at_foreign = f"{table} VERSION AS OF {outcome.foreign_version}"
+        outcome.rows_at_foreign = [
+            tuple(r) for r in root.sql(race.contents.format(t=at_foreign)).collect()
+        ]
     outcome.foreign_effect_present = root.sql(race.effect.format(t=table)).collect()[0][0] > 0
     keyed = f"select {race.key} from {table} {race.key_where}"
     keys = Counter(r[0] for r in root.sql(keyed).collect())
     outcome.duplicated = sum(n - 1 for n in keys.values() if n > 1)
+    project_tests(race, outcome, target, lakehouse)
     return outcome
+
+
+def project_tests(race: Race, outcome: Outcome, target: str, lakehouse: str) -> None:
+    """The example project's own tests judge the raced table: after a failed run, once the
+    re-run its message asks for has run (no race this time), as a user would."""
+    day2 = ["--vars", json.dumps({"day": 2})]
+    if outcome.status != "success":
+        rerun = dbt(
+            race.command,
+            "--select",
+            race.model,
+            *day2,
+            *race.flags_day(2),
+            target=target,
+            lakehouse=lakehouse,
+        )
+        outcome.reran = str(rerun.result.results[0].status)
+    tests = dbt("test", "--select", race.model, *day2, target=target, lakehouse=lakehouse)
+    outcome.tests_failed = sorted(
+        r.node.name for r in tests.result.results if str(r.status) not in ("pass", "success")
+    )
 
 
 def prove_timing(race: Race, timing: str, outcome: Outcome) -> None:
@@ -490,6 +558,17 @@ class Verdict:
 
 
 def judge(timing: str, outcome: Outcome) -> Verdict:
+    verdict = _judge_table(timing, outcome)
+    if outcome.reran is not None and outcome.reran != "success":
+        verdict.text += f"; its re-run: {outcome.reran}"
+        verdict.bad = True
+    if outcome.tests_failed:
+        verdict.text += f"; project tests failed: {', '.join(outcome.tests_failed)}"
+        verdict.bad = True
+    return verdict
+
+
+def _judge_table(timing: str, outcome: Outcome) -> Verdict:
     ok = outcome.status == "success"
     lost = 0 if outcome.foreign_effect_present or timing == "before" else 1
     dup = outcome.duplicated
@@ -509,9 +588,19 @@ def judge(timing: str, outcome: Outcome) -> Verdict:
         return Verdict(f"{harm}{' with a green run' if ok else ''}", lost, dup, ok)
     if ok:
         return Verdict("succeeded, nothing lost", 0, 0, False)
+    # A failed run claims nothing of it remains: the table must be as the foreign commit left it
+    # (a commit that stands, not reverted, is a change nobody asked for).
+    if Counter(outcome.rows) != Counter(outcome.rows_at_foreign or []):
+        return Verdict("failed, yet its write stands in the table", 0, 0, True)
     if " refused: the table changed after" in outcome.message:
         return Verdict("refused, explained; nothing lost", 0, 0, False)
-    return Verdict("failed with Delta's conflict error; nothing lost", 0, 0, False)
+    if "CONCURRENT" in outcome.message.upper():
+        return Verdict("failed with Delta's conflict error; nothing lost", 0, 0, False)
+    return Verdict(f"failed ({first_line(outcome.message)}); nothing lost", 0, 0, False)
+
+
+def first_line(message: str) -> str:
+    return next((line.strip() for line in message.splitlines() if line.strip()), "no message")
 
 
 def table_difference(stock: Outcome, fenced: Outcome) -> str:
@@ -539,7 +628,20 @@ def block(outcome: Outcome, verdict: Verdict) -> list[str]:
     for c in outcome.timeline:
         lines.append(f"    v{c.version:<8}{c.operation:<24}{c.writer:<27}{c.rows}")
     lines.append(f"    run: {outcome.status:<8} {verdict.text}")
+    if outcome.tests_failed is not None:
+        passed = f"failed: {', '.join(outcome.tests_failed)}" if outcome.tests_failed else "passed"
+        if outcome.reran:
+            lines.append(f"    its re-run, as the message asks: {outcome.reran}")
+        lines.append(f"    the project's tests of the table: {passed}")
     return lines
+
+
+def tested(outcome: Outcome) -> str:
+    if outcome.tests_failed is None:
+        return ""
+    rerun = f"re-run as the message asks: {outcome.reran}; " if outcome.reran else ""
+    passed = "failed" if outcome.tests_failed else "passed"
+    return f" ({rerun}the project's tests of the table: {passed})"
 
 
 def markdown(results: list, command: str, seconds: float, method: str) -> str:
@@ -578,8 +680,8 @@ def markdown(results: list, command: str, seconds: float, method: str) -> str:
                 )
         out += [
             "",
-            f"- stock dbt-spark: run {stock[0].status}; {stock[1].text}",
-            f"- dbt-fenced-spark: run {fenced[0].status}; {fenced[1].text}",
+            f"- stock dbt-spark: run {stock[0].status}; {stock[1].text}{tested(stock[0])}",
+            f"- dbt-fenced-spark: run {fenced[0].status}; {fenced[1].text}{tested(fenced[0])}",
             f"- final tables: {table_difference(stock[0], fenced[0])}",
         ]
     return "\n".join(out) + "\n"
@@ -662,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
 
     seconds = time.monotonic() - started
     print(f"\nScorecard finished in {seconds:.0f}s.")
-    fenced_harm = [r for r in results if r[3][1].lost or r[3][1].duplicated]
+    fenced_harm = [r for r in results if r[3][1].lost or r[3][1].duplicated or r[3][1].bad]
     if not args.no_write:
         docs = os.path.join(REPO, "docs")
         name = "scorecard" if args.method == "session" else f"scorecard-{args.method}"
@@ -673,7 +775,11 @@ def main(argv: list[str] | None = None) -> int:
         picture(results, os.path.join(docs, f"{name}.png"))
         print(f"wrote docs/{name}.md and docs/{name}.png")
     if fenced_harm:
-        print("UNEXPECTED: dbt-fenced-spark lost or duplicated rows above.", file=sys.stderr)
+        print(
+            "UNEXPECTED: dbt-fenced-spark lost or duplicated rows, or a failed run of it left "
+            "its write standing, above.",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

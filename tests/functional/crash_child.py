@@ -55,15 +55,16 @@ def instrument(race_sql: str | None) -> None:
             step("verify")
         return commits_since(self, table, version)
 
-    def on_precheck(self: protocol.Fence, state: protocol.FenceState) -> None:
+    def on_precheck(self: protocol.Fence, state: protocol.FenceState) -> protocol.FenceState:
         step("precheck")
-        precheck(self, state)
+        checked = precheck(self, state)
         if race_sql and not seen["race"]:
             seen["race"] = True
             root = session._root
             assert root is not None
             root.newSession().sql(race_sql)
             step("raced")
+        return checked
 
     def on_execute(self: FenceSql, sql: str) -> None:
         verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()

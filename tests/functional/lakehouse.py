@@ -2,6 +2,7 @@
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,25 @@ def rows(spark, sql: str) -> list[tuple]:
     return [tuple(r) for r in spark.sql(sql).collect()]
 
 
+def max_concurrent(spans) -> int:
+    """The most of these (start, end) intervals that were under way at one instant."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = most = 0
+    for _, step in events:  # an end sorts before a start at the same instant: no overlap
+        running += step
+        most = max(most, running)
+    return most
+
+
+def execute_spans(results) -> dict[str, tuple[Any, Any]]:
+    """Each node's execute phase (start, end), from dbt's own timing of the run."""
+    spans = {}
+    for result in results.results:
+        [execute] = [t for t in result.timing if t.name == "execute"]
+        spans[result.node.name] = (execute.started_at, execute.completed_at)
+    return spans
+
+
 def without_leading_comments(sql: str) -> str:
     # dbt-core's get_merge_sql starts with a `--` comment line.
     return re.sub(r"^(\s*--[^\n]*\n)*\s*", "", sql)
@@ -54,12 +74,23 @@ def without_leading_comments(sql: str) -> str:
 class ForeignAroundWrite(FenceSql):
     """The fence's runner with another writer committing right before our write statement
     starts (after the pre-check), and optionally right after it lands; `times` caps it.
-    `before_restore` lands right before our revert's RESTORE takes its snapshot."""
+    `before_restore` lands right before our revert's RESTORE takes its snapshot. `writes`: the
+    statements (their first words) that count as our write; a step's DELETE, say."""
 
-    def __init__(self, connections, writer, before, after=None, times=None, before_restore=None):
+    def __init__(
+        self,
+        connections,
+        writer,
+        before,
+        after=None,
+        times=None,
+        before_restore=None,
+        writes=("merge", "insert into"),
+    ):
         super().__init__(connections)
         self.writer, self.before, self.after, self.times = writer, before, after, times
         self.before_restore = before_restore
+        self.writes = tuple(writes)
         self.fired = 0
 
     def execute(self, sql):
@@ -67,7 +98,7 @@ class ForeignAroundWrite(FenceSql):
         if statement.startswith("restore") and self.before_restore:
             self.writer.sql(self.before_restore)
             self.before_restore = None
-        is_write = statement.startswith(("merge", "insert into"))
+        is_write = statement.startswith(self.writes)
         if not is_write or (self.times is not None and self.fired >= self.times):
             super().execute(sql)
             return
@@ -108,10 +139,18 @@ class ForeignAt:
     - `vb`: right after the fenced materialization captured vB, before the pre-hooks.
     - `staging`: after the pre-hooks, right before the model SQL is staged.
     - `staged`: a snapshot's staging is built, its MERGE not started; on stock dbt-spark too.
+
+    With `delay`, the statements run in a thread `delay` seconds after the moment, while the
+    run goes on; `join()` waits for them and raises what they raised, `cancel()` disarms.
     """
 
     def __init__(
-        self, monkeypatch, spark, moment: str, statements: str | list[str | Callable[[], Any]]
+        self,
+        monkeypatch,
+        spark,
+        moment: str,
+        statements: str | list[str | Callable[[], Any]],
+        delay: float | None = None,
     ) -> None:
         from dbt.adapters.spark.impl import SparkAdapter
 
@@ -121,6 +160,9 @@ class ForeignAt:
         # A statement is SQL for the other session, or a callable (another dbt process).
         self.statements = [statements] if isinstance(statements, str) else statements
         self.fired = 0
+        self.delay = delay
+        self.error: BaseException | None = None
+        self._timer: threading.Timer | None = None
         owner, name, after = {
             "compiled": (SparkAdapter, "pre_model_hook", False),
             "vb": (FencedSparkAdapter, "fence_begin", True),
@@ -140,10 +182,37 @@ class ForeignAt:
         monkeypatch.setattr(owner, name, hooked)
 
     def fire(self) -> None:
-        if not self.fired:
-            for statement in self.statements:
-                if callable(statement):
-                    statement()
-                else:
-                    self.writer.sql(statement)
+        if not self.fired and self.delay is None:
+            self._run()
+        elif not self.fired:
+            self._timer = threading.Timer(self.delay, self._run_caught)
+            self._timer.daemon = True
+            self._timer.start()
         self.fired += 1
+
+    def _run(self) -> None:
+        for statement in self.statements:
+            if callable(statement):
+                statement()
+            else:
+                self.writer.sql(statement)
+
+    def _run_caught(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    def cancel(self) -> None:
+        """Disarm: statements not yet started never run (a delayed one already running
+        finishes; join() waits for it)."""
+        self.fired += 1
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def join(self, timeout: float = 300) -> None:
+        if self._timer is not None:
+            self._timer.join(timeout)
+            assert not self._timer.is_alive(), "the foreign statements never finished"
+        if self.error is not None:
+            raise self.error

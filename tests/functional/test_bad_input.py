@@ -68,7 +68,6 @@ class TestTargetErrors:
     @pytest.fixture(scope="class")
     def models(self):
         return {
-            "was_view.sql": model("incremental_strategy='merge', unique_key='id'"),
             "was_parquet.sql": model("incremental_strategy='merge', unique_key='id'"),
             "dupes.sql": model(
                 "incremental_strategy='merge', unique_key='id'",
@@ -76,14 +75,6 @@ class TestTargetErrors:
             ),
             "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
         }
-
-    def test_existing_view_is_refused(self, project, spark):
-        spark.sql(f"create view {project.test_schema}.was_view as select 1 as id, 'x' as v")
-        results = run_dbt(["run", "--select", "was_view"], expect_pass=False)
-        message = results.results[0].message
-        assert f"{project.test_schema}.was_view" in message and "exists as a view" in message
-        assert "--full-refresh" in message
-        assert rows(spark, f"select * from {project.test_schema}.was_view") == [(1, "x")]
 
     def test_existing_parquet_table_is_refused(self, project, spark):
         table = f"{project.test_schema}.was_parquet"

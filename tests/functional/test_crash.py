@@ -14,8 +14,9 @@ pre-check, so the fence takes its revert path. Then, in this process:
 Only one JVM writes at a time (the child is dead before we write): two JVMs committing at
 once to a local-disk Delta table is unsafe in Delta itself.
 Trials and seed: CRASH_TRIALS (default 5, one per step; `make reliability` runs 25) and
-CRASH_SEED (default 7). Each trial is recorded in .cache/reliability/crash.json for
-docs/reliability.md.
+CRASH_SEED (default 7). Each trial is recorded in crash.json in the records folder
+(RELIABILITY_RECORDS: `make reliability` sets .cache/reliability, for docs/reliability.md; a
+plain pytest run writes under its temp folder).
 """
 
 import json
@@ -130,7 +131,9 @@ class TestCrash:
         )
         return root, folder
 
-    def test_sigkill_at_every_step_loses_nothing(self, project, spark, child_project, tmp_path):
+    def test_sigkill_at_every_step_loses_nothing(
+        self, project, spark, child_project, tmp_path, reliability_records
+    ):
         root, folder = child_project
         schema = project.test_schema
         locations = {}
@@ -155,8 +158,7 @@ class TestCrash:
             self.crash_and_recover(project, spark, root, folder, locations, trial)
             print(json.dumps(asdict(trial)))
 
-        os.makedirs(f"{REPO}/.cache/reliability", exist_ok=True)
-        with open(f"{REPO}/.cache/reliability/crash.json", "w") as f:
+        with open(os.path.join(reliability_records, "crash.json"), "w") as f:
             json.dump({"seed": SEED, "trials": [asdict(t) for t in trials]}, f, indent=1)
         # The kills really landed in every step, not all before or after the fence.
         died_in = {t.last_step for t in trials if t.killed}

@@ -4,8 +4,9 @@ commits, same fields, across checkpoints, and without a Spark job."""
 import pytest
 
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory, parse_history
+from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, set_conf_sql
+from tests.harness.runner import SessionRunner
 
 pytestmark = pytest.mark.skip_profile(
     "thrift", reason="the log reader runs in the embedded session's JVM; a Thrift client has none"
@@ -14,18 +15,9 @@ pytestmark = pytest.mark.skip_profile(
 SCHEMA = "delta_log_reader"
 
 
-class SessionHistory:
-    def __init__(self, session):
-        self.session = session
-
-    def history(self, table, limit):
-        frame = self.session.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}")
-        return parse_history(frame.columns, [tuple(r) for r in frame.collect()])
-
-
 def readers(spark):
     session = spark.newSession()
-    sql = SqlHistory(SessionHistory(session))
+    sql = SqlHistory(SessionRunner(session))
     return sql, LogTail(session, fallback=sql)
 
 

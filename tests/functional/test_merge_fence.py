@@ -8,11 +8,21 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from tests.conftest import profile_target
-from tests.functional.lakehouse import ForeignAroundWrite, ForeignWriter, history, ours, rows
+from tests.functional.lakehouse import (
+    ForeignAroundWrite,
+    ForeignWriter,
+    execute_spans,
+    history,
+    max_concurrent,
+    ours,
+    rows,
+)
 
+# The sleep keeps each model's run long enough that the four threads run at once.
 UPSERT = """
 {{{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}}}
 select id, '{name}' as model_name, {{{{ var('round', 0) }}}} as round from range(1, 4)
+where reflect('java.lang.Thread', 'sleep', cast({{{{ var('slow_ms', 0) }}}} as bigint)) is not null
 """
 
 GROWING = """
@@ -33,8 +43,10 @@ class TestFourThreads:
 
     def test_every_commit_names_its_own_model(self, project, spark):
         run_dbt(["run"])
-        results = run_dbt(["run", "--vars", json.dumps({"round": 1})])
+        results = run_dbt(["run", "--vars", json.dumps({"round": 1, "slow_ms": 1500})])
         assert len(results.results) == 6
+        # A tag leaking between threads shows only if they ran at once: four did.
+        assert max_concurrent(execute_spans(results).values()) == 4
         for i in range(1, 7):
             table = f"{project.test_schema}.m{i}"
             merges = ours(history(spark, table))
@@ -230,6 +242,44 @@ class TestRevertAfterCommit(OneRowTarget):
             f"v{undo.version} restored v{late.version}: the table is as it was before the RESTORE)"
         ) in message
         assert f"RESTORE TABLE {table} TO VERSION AS OF {foreign.version}`" in message
+
+
+class TestStepThatCommittedNothing(OneRowTarget):
+    """A pre-hook DELETE of ours that matches no row makes no commit; another writer's commit
+    as it starts is then the only one after vB. It is theirs, never taken for our step: the
+    step check refuses before any write, and there is nothing of ours to revert."""
+
+    def test_the_foreign_commit_stands_and_nothing_is_restored(self, project, spark):
+        table, vb = self.fresh_target(project, spark)
+        theirs = f"update {table} set v = 'foreign' where id = 1"  # the row our DELETE reads
+        runner = ForeignAroundWrite(
+            project.adapter.connections,
+            ForeignWriter(spark),
+            before=lambda _: theirs,
+            times=1,
+            writes=("delete",),
+        )
+        fence = Fence(runner, project.adapter.connections.single_attempt)
+        state = FenceState(
+            table, table, "append_if_unchanged", vb, vb, "inv-step", "model.test.target"
+        )
+        with (
+            project.adapter.connection_named("step"),
+            pytest.raises(FenceViolation) as raised,
+        ):
+            with fence.tagged(state, "pre_hook", strict=True):
+                runner.execute(f"delete from {table} where id = 1 and v = 'never'")
+            fence.after_step(state, "pre_hook")
+        assert runner.fired == 1
+        after = [e for e in history(spark, table) if e.version > vb]
+        # The race fired (their UPDATE read vB), our DELETE committed nothing, no RESTORE ran.
+        assert [(e.operation, e.tag, e.read_version) for e in after] == [("UPDATE", None, vb)]
+        report = raised.value.report
+        assert report.outcome == Outcome.NEVER_WRITTEN
+        assert report.ours == [] and report.standing == [] and report.revert_version is None
+        assert [c.version for c in report.landed] == [after[0].version]
+        assert "the table is as the other writer(s) left it" in str(raised.value)
+        assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
 
 
 class TestRetries(OneRowTarget):

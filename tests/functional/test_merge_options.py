@@ -176,3 +176,62 @@ class TestKeylessMerge:
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
         commit = history(spark, table)[-1]
         assert commit.version == vb + 1 and commit.tag["strategy"] == "append_if_unchanged"
+
+
+STRUCT_KEY = """
+{{ config(materialized='incremental', incremental_strategy='merge',
+          unique_key=var('key', 'k.id')) }}
+select named_struct('id', id, 'region', 'eu') as k, '{{ var("round", "r0") }}' as name
+from range(0, {{ var('hi', 2) }})
+"""
+
+
+class TestStructKey:
+    """A struct field as `unique_key`, as dbt-spark merges it; a path that is not there is
+    refused before the write, naming it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"struct_key.sql": STRUCT_KEY}
+
+    def test_a_struct_field_key_merges(self, project, spark):
+        run_dbt(["run"])
+        run_dbt(["run", "--vars", json.dumps({"round": "r1", "hi": 3})])
+        table = f"{project.test_schema}.struct_key"
+        assert rows(spark, f"select k.id, name from {table} order by 1") == [
+            (0, "r1"),
+            (1, "r1"),
+            (2, "r1"),
+        ]
+        assert history(spark, table)[-1].tag["strategy"] == "merge"
+
+        for key in ("k.nope", "name.id", "kk.id"):
+            results = run_dbt(["run", "--vars", json.dumps({"key": key})], expect_pass=False)
+            message = results.results[0].message
+            assert f"`unique_key` names {key}, which the model does not select" in message
+        assert history(spark, table)[-1].tag["strategy"] == "merge"  # nothing written since
+
+
+EXCEPT_TABLE = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+select id from range(0, {{ var('hi', 2) }})
+{% if is_incremental() %} except table {{ this }} {% endif %}
+"""
+
+
+class TestTableQuery:
+    """`except table {{ this }}`, which stock dbt-spark runs: pinned as a subquery (a TABLE
+    query takes no time travel), fenced as an append that reads its target."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"except_table.sql": EXCEPT_TABLE}
+
+    def test_except_table_this_runs_fenced(self, project, spark):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.except_table"
+        vb = history(spark, table)[-1].version
+        run_dbt(["run", "--vars", json.dumps({"hi": 4})])
+        assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(4)]
+        (commit,) = [e for e in history(spark, table) if e.version > vb]
+        assert commit.tag["strategy"] == "append_if_unchanged" and commit.tag["read_version"] == vb

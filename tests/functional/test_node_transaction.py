@@ -32,6 +32,28 @@ select id, {{ var('round', 0) }} as round from range(0, 10)
 {% if is_incremental() %} where id >= 5 {% endif %}
 """
 
+# Reprocesses its newest rows: reads its high mark and deletes above it at compile time, then
+# reads its own table again (after its DELETE, as stock does) to append from there.
+REPROCESS = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+{% if execute and is_incremental() %}
+  {% set hi = run_query("select max(id) from " ~ this).columns[0].values()[0] %}
+  {% do run_query("delete from " ~ this ~ " where id > " ~ (hi - 3)) %}
+{% endif %}
+select id from range(0, {{ var('hi', 10) }})
+{% if is_incremental() %} where id > (select max(id) from {{ this }}) {% endif %}
+"""
+
+# Deletes at compile time, then appends without reading its table: a read-modify-write all
+# the same, fenced as append_if_unchanged.
+DELETE_APPEND = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+{% if execute and is_incremental() %}
+  {% do run_query("delete from " ~ this ~ " where id >= 3") %}
+{% endif %}
+select id from range(0, 6) {% if is_incremental() %} where id >= 3 {% endif %}
+"""
+
 DOUBLE_FIRED = "insert into {t} values (3), (4)"
 COUNTS = "select id, count(*) from {t} group by id order by id"
 
@@ -80,7 +102,7 @@ class TestFencedCompileTimeWatermark(CompileTimeRace):
         message = results.results[0].message
         assert f"read version (vB): {vb}" in message and f"v{vb + 1} WRITE" in message
         assert "never written: the table is as the other writer(s) left it." in message
-        assert f"detected by: pre-check: expected v{vb}, found v{vb + 1}" in message
+        assert f"detected by: pre-check: v{vb + 1} WRITE: changed" in message
         assert "not retried (fence_retries: 2): this model read" in message
         assert "at compile time" in message and "fence_retries: N" not in message
         assert rows(spark, COUNTS.format(t=table)) == [(i, 1) for i in range(5)]
@@ -148,7 +170,10 @@ class TestPreHookReload:
         assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]  # only theirs
         message = results.results[0].message
         assert "never written: the table is as the other writer(s) left it." in message
-        assert f"detected by: pre-check: expected v{vb}, found v{vb + 1}" in message
+        # The pre-hook's DELETE is arbitrary SQL: any data change before it conflicts.
+        assert f"detected by: pre-check: v{vb + 1} WRITE: changed data, and this run's own" in (
+            message
+        )
         assert "fence_retries" not in message  # a refusal in a pre-hook is never retried
         assert rows(spark, f"select id, round from {table} order by id") == [
             *[(i, 0) for i in range(10)],
@@ -160,7 +185,8 @@ class TestPreHookReload:
         self, project, spark, monkeypatch, strategy
     ):
         table, vb = self.start(project, spark, strategy)
-        ForeignAt(monkeypatch, spark, "staging", f"insert into {table} values (100, 9)")
+        # Key 7: a row the reload writes (merge) in a table it must find unchanged (append).
+        ForeignAt(monkeypatch, spark, "staging", f"insert into {table} values (7, 9)")
         results = run(False, strategy=strategy, round=1)
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["DELETE", "WRITE"]
@@ -181,8 +207,128 @@ class TestPreHookReload:
         # What the message says stands: our DELETE and their row, and nothing else.
         assert rows(spark, f"select id, round from {table} order by id") == [
             *[(i, 0) for i in range(5)],
-            (100, 9),
+            (7, 9),
         ]
+
+
+class Reprocess:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"reprocess.sql": REPROCESS}
+
+    def test_green_and_exact_three_times_in_a_row(self, project, spark):
+        run_dbt(["run", "--full-refresh", "--select", "reprocess"])
+        table = f"{project.test_schema}.reprocess"
+        for hi in (12, 14, 16):
+            vb = history(spark, table)[-1].version
+            run_dbt(["run", "--select", "reprocess", "--vars", json.dumps({"hi": hi})])
+            assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(hi)]
+            self.check_history([e for e in history(spark, table) if e.version > vb])
+
+
+class TestCompileTimeReprocess(Reprocess):
+    """A write at compile time is a step of the node, like a pre-hook's: strict, tagged
+    `compile`, and the node's later reads of its table see it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"reprocess.sql": REPROCESS, "delete_append.sql": DELETE_APPEND}
+
+    def test_a_compile_time_delete_makes_an_append_fenced(self, project, spark, monkeypatch):
+        """Fenced as append_if_unchanged, though its SQL never reads its table. A row landing
+        after our DELETE in what it deleted is no conflict: the outcome is the serial order
+        "our run, then theirs", so the write commits over it and says so."""
+        run_dbt(["run", "--full-refresh", "--select", "delete_append"])
+        table = f"{project.test_schema}.delete_append"
+        vb = history(spark, table)[-1].version
+        ForeignAt(monkeypatch, spark, "compiled", f"insert into {table} values (4)")
+        run_dbt(["run", "--select", "delete_append"])
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, (e.tag or {}).get("step")) for e in after] == [
+            ("DELETE", "compile"),
+            ("WRITE", None),
+            ("WRITE", "write"),
+        ]
+        delete, foreign, write = after
+        assert write.tag["strategy"] == "append_if_unchanged"
+        assert write.tag["tolerated"] == [foreign.version]
+        assert rows(spark, f"select id from {table} order by id") == [
+            (0,),
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+            (4,),
+            (5,),
+        ]
+
+    def test_an_earlier_unverified_commit_refuses_before_the_compile_time_delete(
+        self, project, spark
+    ):
+        run_dbt(["run", "--full-refresh", "--select", "reprocess"])
+        table = f"{project.test_schema}.reprocess"
+        vb = history(spark, table)[-1].version
+        # A run that died before its verdict: its write landed above a commit it never judged.
+        crashed = json.dumps(
+            {
+                "dbt_fenced_spark": 1,
+                "invocation_id": "crashed",
+                "node": "model.test.reprocess",
+                "strategy": "append_if_unchanged",
+                "read_version": vb,
+                "attempt": 1,
+                "step": "write",
+                "expected_version": vb,
+            }
+        )
+        other = spark.newSession() if hasattr(spark, "newSession") else spark
+        other.sql(f"insert into {table} values (100)")
+        other.sql(f"set spark.databricks.delta.commitInfo.userMetadata=`{crashed}`")
+        other.sql(f"insert into {table} values (101)")
+        other.sql("reset spark.databricks.delta.commitInfo.userMetadata")
+        results = run_dbt(["run", "--select", "reprocess", "--vars", '{"hi": 12}'], False)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["WRITE", "WRITE"]  # no DELETE of ours
+        assert after[1].tag["invocation_id"] == "crashed"
+        assert "an earlier run" in results.results[0].message
+
+    @staticmethod
+    def check_history(after):
+        assert [e.operation for e in after] == ["DELETE", "WRITE"]
+        delete, write = after
+        assert [e.tag["step"] for e in after] == ["compile", "write"]
+        assert write.read_version == delete.version  # the write continued from our DELETE
+
+    def test_a_commit_after_the_delete_refuses_and_says_the_delete_stands(
+        self, project, spark, monkeypatch
+    ):
+        run_dbt(["run", "--full-refresh", "--select", "reprocess"])
+        table = f"{project.test_schema}.reprocess"
+        vb = history(spark, table)[-1].version
+        ForeignAt(monkeypatch, spark, "compiled", f"insert into {table} values (100)")
+        results = run_dbt(["run", "--select", "reprocess", "--vars", '{"hi": 12}'], False)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["DELETE", "WRITE"]
+        delete, foreign = after
+        assert delete.tag["step"] == "compile" and foreign.tag is None
+        message = results.results[0].message
+        assert (
+            f"this run's write: never written; this run's earlier steps v{delete.version} DELETE "
+            f"(compile) were NOT reverted"
+        ) in message
+        # What the message says stands: our DELETE and their row.
+        assert rows(spark, f"select id from {table} order by id") == [
+            *[(i,) for i in range(7)],
+            (100,),
+        ]
+
+
+class TestStockCompileTimeReprocess(StockSparkProfile, Reprocess):
+    """The control: stock dbt-spark runs the reprocessing model right."""
+
+    @staticmethod
+    def check_history(after):
+        assert [e.operation for e in after] == ["DELETE", "WRITE"]
 
 
 class TestStockPreHookReload(StockSparkProfile):

@@ -3,8 +3,9 @@
 Each trial runs one fenced model (merge, append_if_unchanged or replace_where, each on its
 own table) while a foreign writer, another session of this JVM, runs one random operation
 (UPDATE, DELETE, blind INSERT, MERGE, OPTIMIZE, ALTER TABLE ADD COLUMNS) before the run or at
-a random moment during it. Every operation goes into a ledger with its outcome; foreign
-commits carry their ledger number in `userMetadata`, fenced ones the fence's tag.
+a random delay after the run captured vB. Every operation goes into a ledger with its
+outcome; foreign commits carry their ledger number in `userMetadata`, fenced ones the
+fence's tag.
 
 Afterwards each table's Delta history is replayed, version by version, in Python: every
 commit must belong to a ledger entry (none appears from nowhere), a fenced write is
@@ -12,14 +13,21 @@ recomputed from the version it read, a RESTORE returns to its version. The repla
 must equal the real one row for row; each successful operation has exactly its commit, and
 each failed one left nothing (or, for a fence that could not revert, said so).
 
+Every fenced run's own claim is checked against that history too: committed (its one write
+stands), no change, never written, written and reverted (by the RESTORE it names), written and
+NOT reverted (its write stands). A run that failed for any other reason fails the soak, and so
+does a foreign commit that a RESTORE of ours took out of the table. A foreign commit counts as
+raced only if it landed after the run's vB and before dbt returned, and at least one must.
+
 SOAK_TRIALS (default 12) and SOAK_SEED (default 11); `make reliability` runs the long soak.
-Figures go to .cache/reliability/soak.json for docs/reliability.md.
+Figures go to soak.json in the records folder (RELIABILITY_RECORDS: `make reliability` sets
+.cache/reliability, for docs/reliability.md; a plain pytest run writes under its temp folder).
 """
 
 import json
 import os
 import random
-import threading
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,7 +35,7 @@ from typing import Any
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.conftest import REPO
+from tests.functional.lakehouse import ForeignAt
 
 TRIALS = int(os.environ.get("SOAK_TRIALS", "12"))
 SEED = int(os.environ.get("SOAK_SEED", "11"))
@@ -172,6 +180,60 @@ def replay_fenced(entry: Entry, read: State, before: State, columns: list[str]) 
 
 # The soak ---------------------------------------------------------------------------------
 
+# What a failed run claims, from its message (the outcome is not in run_results for a failure).
+CHANGED = re.compile(r"refused: the table changed after this run read it at version (\d+)")
+UNRESOLVED = "refused: an earlier run of this"
+WRITE = re.compile(
+    r"this run's write: (?:(?P<never>never written)"
+    r"|written as v(?P<reverted>\d+), then reverted by RESTORE \(v(?P<restore>\d+)\)"
+    r"|written as v(?P<kept>\d+) and NOT reverted)"
+)
+ATTEMPTS = re.compile(r"attempts: (\d+) \(fence_retries")
+READ = re.compile(r"read v(\d+);")
+
+
+# The model's SQL lists the columns foreign ALTERs added before the run started; one that
+# lands during the run leaves the target with a column the model does not produce, and
+# Delta's MERGE refuses that before it commits. Allowed only where that ALTER raced the run.
+NEW_COLUMN = re.compile(
+    r"failed; nothing was written\. Delta said:\s+\[[A-Z_.]+\] Cannot resolve (x\d+)"
+)
+
+
+def claim(message: str) -> dict[str, Any]:
+    """The outcome a failed run reports, and the versions it names."""
+    if UNRESOLVED in message:
+        return {"outcome": "unresolved"}
+    column = NEW_COLUMN.search(message)
+    if column:
+        return {"outcome": "new_column_raced", "column": column.group(1)}
+    changed, write = CHANGED.search(message), WRITE.search(message)
+    if not changed or not write:
+        return {"outcome": "error"}
+    attempts = ATTEMPTS.search(message)
+    found: dict[str, Any] = {
+        "attempts": int(attempts.group(1)) if attempts else 1,
+        # The first attempt's vB: a foreign commit after it raced this run.
+        "read_version": min(int(v) for v in [changed.group(1), *READ.findall(message)]),
+    }
+    if write.group("never"):
+        return found | {"outcome": "never_written"}
+    if write.group("reverted"):
+        return found | {
+            "outcome": "written_and_reverted",
+            "write": int(write.group("reverted")),
+            "restore": int(write.group("restore")),
+        }
+    return found | {"outcome": "written_not_reverted", "write": int(write.group("kept"))}
+
+
+def engine_error(exc: BaseException) -> str:
+    """The error's condition (DELTA_CONCURRENT_...) and its first words: PySpark's first line
+    is only `An error occurred while calling o611.sql.`"""
+    condition = getattr(exc, "getCondition", lambda: None)() or type(exc).__name__
+    words = " ".join(str(exc).split())
+    return f"{condition}: {words}"[:500]
+
 
 @pytest.mark.skip_profile("thrift", reason="the foreign writers are sessions of the test's JVM")
 class TestSoak:
@@ -179,7 +241,9 @@ class TestSoak:
     def models(self):
         return {f"{name}.sql": sql for name, sql in MODELS.items()}
 
-    def test_randomized_races_match_the_ledger(self, project, spark):
+    def test_randomized_races_match_the_ledger(
+        self, project, spark, reliability_records, monkeypatch
+    ):
         schema = project.test_schema
         run_dbt(["run"])
         start = {t: self.latest(spark, f"{schema}.{t}") for t in MODELS}
@@ -223,7 +287,8 @@ class TestSoak:
                 moment=rng.choice(["before", "during", "during", "during"]),
             )
             ledger += [fenced, foreign]
-            self.trial(project, spark, fenced, foreign, rng.uniform(0, 4.0), extra)
+            # A fenced run here takes ~1 s from vB to its return: most land inside it.
+            self.trial(project, spark, fenced, foreign, rng.uniform(0, 1.0), extra, monkeypatch)
         seconds = time.monotonic() - started
 
         summary: dict[str, Any] = {"seed": SEED, "trials": TRIALS, "seconds": round(seconds)}
@@ -234,56 +299,79 @@ class TestSoak:
             summary[table] = check
         summary |= self.counts(ledger)
         summary["foreign_inside_fenced_window"] = landed_inside
-        os.makedirs(f"{REPO}/.cache/reliability", exist_ok=True)
-        with open(f"{REPO}/.cache/reliability/soak.json", "w") as f:
+        with open(os.path.join(reliability_records, "soak.json"), "w") as f:
             json.dump({"summary": summary, "ledger": [asdict(e) for e in ledger]}, f, indent=1)
         print(json.dumps(summary, indent=1))
-        # The soak raced for real: foreign commits landed while a fenced run was under way.
+        # Every fenced run either did its job or was refused by the fence: a crash, a Delta
+        # error let through or a run that never wrote is a failure of the soak, not a count.
+        errors = [e for e in ledger if e.who == "dbt" and e.outcome == "error"]
+        assert not errors, f"fenced runs that failed for another reason: {errors}"
+        # A foreign statement fails only on Delta's own conflict; anything else is a broken
+        # test (a bad statement races nothing).
+        odd = [e for e in ledger if e.who == "foreign" and not e.ok and not self.conflict(e)]
+        assert not odd, f"foreign operations that failed for another reason: {odd}"
+        # The soak raced for real: foreign commits landed after a fenced run's vB and before
+        # that dbt run returned.
         assert landed_inside > 0
 
-    def trial(self, project, spark, fenced: Entry, foreign: Entry, delay: float, extra) -> None:
+    def trial(self, project, spark, fenced, foreign, delay, extra, monkeypatch) -> None:
         table = f"{project.test_schema}.{fenced.table}"
 
         def run_foreign() -> None:
             session = spark.newSession()
             session.conf.set(USER_METADATA, json.dumps({"soak_op": foreign.number}))
+            foreign.error = ""
             try:
                 session.sql(foreign_sql(foreign, table))
                 foreign.ok = True
                 if foreign.kind == "ALTER":
                     extra[fenced.table].append(foreign.params["column"])
             except Exception as exc:
-                foreign.error = str(exc).strip().splitlines()[0][:300]
+                foreign.error = engine_error(exc)
 
-        writer = threading.Timer(delay if foreign.moment == "during" else 0, run_foreign)
         foreign.params["window"] = [self.latest(spark, table)]
-        writer.start()
         if foreign.moment == "before":
-            writer.join()
-        first = self.latest(spark, table)
-        dbt_vars = {
-            **fenced.params,
-            "ids": ", ".join(map(str, fenced.params["ids"])),
-            "extra": list(extra[fenced.table]),
-        }
-        results = run_dbt(
-            ["run", "--select", fenced.table, "--vars", json.dumps(dbt_vars)], expect_pass=None
-        )
-        writer.join(300)
-        fenced.params["window"] = [first, self.latest(spark, table)]
-        foreign.params["window"].append(fenced.params["window"][1])
+            run_foreign()
+        else:
+            # `delay` after the run captured vB, while it goes on to stage and write.
+            writer = ForeignAt(monkeypatch, spark, "vb", [run_foreign], delay=delay)
+            foreign.error = "never fired: the run did not reach vB"
+        try:
+            first = self.latest(spark, table)
+            dbt_vars = {
+                **fenced.params,
+                "ids": ", ".join(map(str, fenced.params["ids"])),
+                "extra": list(extra[fenced.table]),
+            }
+            results = run_dbt(
+                ["run", "--select", fenced.table, "--vars", json.dumps(dbt_vars)], expect_pass=None
+            )
+            # The run's window closes when dbt returns: a commit after this did not race it.
+            returned = self.latest(spark, table)
+        except BaseException:
+            if foreign.moment == "during":
+                writer.cancel()  # never left armed to commit into a later trial or test
+            raise
+        finally:
+            if foreign.moment == "during":
+                writer.join()  # one that fires after dbt returned still lands, unraced
+                monkeypatch.undo()
+        fenced.params["window"] = [first, returned]
+        foreign.params["window"].append(self.latest(spark, table))
         with open(f"{project.project_root}/target/run_results.json") as f:
             fenced.params["invocation_id"] = json.load(f)["metadata"]["invocation_id"]
         result = results.results[0]
         fenced.ok = result.status == "success"
-        fenced.outcome = (result.adapter_response or {}).get("fence_outcome") or ""
-        if not fenced.ok:
-            message = result.message or ""
-            fenced.error = message[:2000]
-            if "NOT reverted" in message:
-                fenced.outcome = "written_not_reverted"
-            else:
-                fenced.outcome = "fence violation" if "refused" in message else "error"
+        if fenced.ok:
+            response = result.adapter_response or {}
+            fenced.outcome = response.get("fence_outcome") or "error"
+            fenced.params["read_version"] = response.get("read_version")
+            fenced.params["commit_version"] = response.get("commit_version")
+        else:
+            fenced.error = (result.message or "")[:2000]
+            said = claim(result.message or "")
+            fenced.outcome = said.pop("outcome")
+            fenced.params |= said
 
     # The check --------------------------------------------------------------------------
 
@@ -292,20 +380,29 @@ class TestSoak:
         history = sorted((r for r in history if r.version > start[name]), key=lambda r: r.version)
         columns = ["id", "grp", "val", "src"]
         states = {start[name]: initial[name]}
+        # The commits whose change is in the table at each version: a RESTORE to v brings back
+        # exactly v's, so a foreign commit a RESTORE of ours took out shows here.
+        holds: dict[int, frozenset[int]] = {start[name]: frozenset()}
         by_number = {e.number: e for e in ledger}
         invocations = self.invocations(ledger)
         commits: dict[int, list[int]] = {}
-        inside = 0
+        tags: dict[int, dict[str, Any]] = {}
         for row in history:
             tag = json.loads(row.userMetadata) if row.userMetadata else {}
+            tags[row.version] = tag
             before = states[row.version - 1]
+            holds[row.version] = holds[row.version - 1] | {row.version}
             if "soak_op" in tag:
                 entry = by_number[tag["soak_op"]]
                 states[row.version] = replay_foreign(entry, before, columns)
             elif row.operation == "RESTORE":
-                assert tag.get("step") == "revert", f"{table} v{row.version}: a foreign RESTORE"
+                assert tag.get("step") in ("revert", "revert_undo"), (
+                    f"{table} v{row.version}: a foreign RESTORE"
+                )
                 entry = invocations[(tag["invocation_id"], name)]
-                states[row.version] = states[int(row.operationParameters["version"])]
+                restored = int(row.operationParameters["version"])
+                states[row.version] = states[restored]
+                holds[row.version] = holds[restored]
             elif tag.get("step") == "write":
                 entry = invocations[(tag["invocation_id"], name)]
                 entry.params["attempts"] = max(entry.params.get("attempts", 1), tag["attempt"])
@@ -316,11 +413,8 @@ class TestSoak:
             assert entry.table == name
             commits.setdefault(entry.number, []).append(row.version)
             entry.versions = commits[entry.number]
+        final = holds[max(holds)]
 
-        for entry in ledger:
-            if entry.table == name and entry.who == "foreign" and entry.versions:
-                run = by_number[entry.number - 1]
-                inside += run.params["window"][0] < entry.versions[0] <= run.params["window"][1]
         ids = spark.sql(f"select count(*) as n, count(distinct id) as d from {table}").first()
         assert ids.n == ids.d, f"{table}: duplicate ids"
         actual = self.read(spark, table)
@@ -329,6 +423,8 @@ class TestSoak:
         for i, r in expected.items():
             assert actual[i] == r, f"{table} id {i}: {actual[i]} != ledger's {r}"
 
+        inside = 0
+        left_standing = False
         for entry in ledger:
             if entry.table != name:
                 continue
@@ -345,20 +441,66 @@ class TestSoak:
                     ), f"{entry}: succeeded and would change rows, yet made no commit"
                 if not entry.ok:
                     assert mine == [], f"{entry}: failed, yet committed"
+                # Never undoing somebody else's commit: each stands in the final table.
+                assert all(v in final for v in mine), f"{entry}: rolled back by a RESTORE"
+                if mine:
+                    run = by_number[entry.number - 1]
+                    entry.params["raced"] = self.raced(run, mine[0], tags)
+                    inside += entry.params["raced"]
             else:
-                restores = [v for v in mine if self.operation(history, v) == "RESTORE"]
-                net = len(mine) - 2 * len(restores)
-                if entry.ok:
-                    assert net == (0 if entry.outcome == "no_change" else 1), entry
-                elif entry.outcome != "written_not_reverted":
-                    # Failed: nothing, or each write followed by its own RESTORE.
-                    assert net == 0, f"{entry}: failed and left {mine}"
+                if entry.outcome == "unresolved":
+                    assert left_standing, f"{entry}: refused an earlier run that left nothing"
+                self.check_claim(entry, by_number[entry.number + 1], mine, tags, history, final)
+                left_standing |= entry.outcome == "written_not_reverted"
         return {
             "commits": len(history),
             "rows": len(actual),
             "ledger_check": "ok",
             "foreign_inside_fenced_window": inside,
         }
+
+    @staticmethod
+    def raced(run: Entry, version: int, tags: dict[int, dict[str, Any]]) -> bool:
+        """A foreign commit raced the run if it landed after the run's (first) vB and before
+        dbt returned."""
+        reads = [tags[v]["read_version"] for v in run.versions if "read_version" in tags[v]]
+        if run.params.get("read_version") is not None:
+            reads.append(run.params["read_version"])
+        low = min(reads, default=run.params["window"][0])
+        return low < version <= run.params["window"][1]
+
+    def check_claim(self, entry: Entry, alter: Entry, mine, tags, history, final) -> None:
+        """What the run said of its write, checked against the history."""
+        writes = [v for v in mine if tags[v].get("step") == "write"]
+        standing = [v for v in writes if v in final]
+        outcome, p = entry.outcome, entry.params
+        if outcome == "committed":
+            assert standing == [p["commit_version"]], f"{entry}: committed, yet {standing} stand"
+        elif outcome == "no_change":
+            assert standing == [], f"{entry}: no change, yet {standing} stand"
+        elif outcome == "never_written":
+            last = [v for v in writes if tags[v]["attempt"] == p["attempts"]]
+            assert standing == [] and last == [], f"{entry}: never written, yet wrote {last}"
+        elif outcome == "written_and_reverted":
+            write, restore = p["write"], p["restore"]
+            assert write in writes, f"{entry}: v{write} is no write of this run"
+            assert restore in mine and self.operation(history, restore) == "RESTORE", entry
+            assert tags[restore]["step"] == "revert", f"{entry}: v{restore} is no revert"
+            assert standing == [], f"{entry}: reverted, yet {standing} stand"
+        elif outcome == "written_not_reverted":
+            assert p["write"] in writes, f"{entry}: v{p['write']} is no write of this run"
+            assert standing == [p["write"]], f"{entry}: NOT reverted, yet {standing} stand"
+        elif outcome == "new_column_raced":
+            assert mine == [], f"{entry}: failed on a new column, yet committed {mine}"
+            assert alter.kind == "ALTER" and alter.params["column"] == p["column"], entry
+            low, high = p["window"]
+            assert alter.versions and low < alter.versions[0] <= high, (
+                f"{entry}: failed on column {p['column']}, whose ALTER did not race it"
+            )
+        elif outcome == "unresolved":
+            assert mine == [], f"{entry}: refused an unresolved run, yet committed {mine}"
+        else:
+            assert outcome == "error", entry
 
     @staticmethod
     def operation(history, version: int) -> str:
@@ -373,25 +515,27 @@ class TestSoak:
         return found
 
     @staticmethod
-    def counts(ledger: list[Entry]) -> dict[str, Any]:
+    def conflict(entry: Entry) -> bool:
+        return "DELTA_CONCURRENT" in entry.error or "Concurrent" in entry.error
+
+    def counts(self, ledger: list[Entry]) -> dict[str, Any]:
         fenced = [e for e in ledger if e.who == "dbt"]
         foreign = [e for e in ledger if e.who == "foreign"]
-
-        def conflict(entry: Entry) -> bool:
-            return "Concurrent" in entry.error or "DELTA_CONCURRENT" in entry.error
-
+        refused = ("never_written", "written_and_reverted", "written_not_reverted")
         return {
             "fenced_runs": len(fenced),
             "fenced_committed": sum(e.outcome == "committed" for e in fenced),
             "fenced_no_change": sum(e.outcome == "no_change" for e in fenced),
-            "fence_failures": sum(e.outcome == "fence violation" for e in fenced),
+            "fence_failures": sum(e.outcome in refused for e in fenced),
+            "reverted": sum(e.outcome == "written_and_reverted" for e in fenced),
             "not_reverted": sum(e.outcome == "written_not_reverted" for e in fenced),
+            "unresolved": sum(e.outcome == "unresolved" for e in fenced),
             "other_failures": sum(e.outcome == "error" for e in fenced),
             "retries": sum(e.params.get("attempts", 1) - 1 for e in fenced),
             "foreign_ops": len(foreign),
             "foreign_committed": sum(e.ok for e in foreign),
-            "foreign_failed_on_delta_conflict": sum(not e.ok and conflict(e) for e in foreign),
-            "foreign_failed_other": sum(not e.ok and not conflict(e) for e in foreign),
+            "foreign_failed_on_delta_conflict": sum(not e.ok and self.conflict(e) for e in foreign),
+            "foreign_failed_other": sum(not e.ok and not self.conflict(e) for e in foreign),
             "foreign_by_kind": {k: sum(e.kind == k for e in foreign) for k in FOREIGN_KINDS},
         }
 

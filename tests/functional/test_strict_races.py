@@ -1,9 +1,11 @@
 """The strict strategies under the three timings, on real Spark + Delta.
 
 append_if_unchanged, replace_where, the watermark `append` (auto-fenced because it reads
-{{ this }}) and one microbatch batch must commit exactly as vB+1. Any foreign commit after vB
-fails the run, and nothing of ours remains. The foreign writer is always a plain blind INSERT,
-exactly the commit Delta alone would accept.
+{{ this }}) and one microbatch batch commit as vB+1 on a quiet table. A foreign commit after vB that
+changes what the node read or writes (any row, for append_if_unchanged; a row of the range a
+replace_where or a batch replaces) fails the run, and nothing of ours remains. The foreign
+writer is always a plain blind INSERT, exactly the commit Delta alone would accept;
+tests/functional/test_conflicts.py has the look-alikes that touch nothing of the node's.
 """
 
 import json
@@ -90,19 +92,27 @@ CASES = {
         "daily",
         {},
         {"since": 2, "round": 1},
-        "insert into {t} values (1, 9)",
-        [(0, 0), (0, 0), (1, 0), (1, 0), (1, 9), (2, 1), (2, 1), (3, 1), (3, 1)],
-        [(0, 0), (0, 0), (1, 0), (1, 0), (1, 9), (2, 0), (2, 0), (3, 0), (3, 0)],
+        "insert into {t} values (2, 9)",  # a row in the range it replaces (day >= 2)
+        [(0, 0), (0, 0), (1, 0), (1, 0), (2, 1), (2, 1), (3, 1), (3, 1)],
+        [(0, 0), (0, 0), (1, 0), (1, 0), (2, 0), (2, 0), (2, 9), (3, 0), (3, 0)],
     ),
     "microbatch": Case(
         "batched",
         {},
         {"round": 1},
-        "insert into {t} values (100, timestamp'2026-01-01 00:00:00', 9)",
-        [(0, 0), (1, 1), (2, 0), (3, 0), (4, 1), (5, 0), (6, 0), (7, 1), (8, 0), (100, 9)],
+        # A row in the batch's own window (2026-01-02).
+        "insert into {t} values (100, timestamp'2026-01-02 12:00:00', 9)",
+        [(0, 0), (1, 1), (2, 0), (3, 0), (4, 1), (5, 0), (6, 0), (7, 1), (8, 0)],
         [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (100, 9)],
         flags=("--event-time-start", "2026-01-02", "--event-time-end", "2026-01-03"),
     ),
+}
+# What Delta itself says when the foreign row lands while the write runs.
+# Delta's refusal by error class or, where Spark Connect's text carries only that, its exception.
+DELTA_REFUSES = {
+    "append_if_unchanged": ("DELTA_MAX_COMMIT_RETRIES_EXCEEDED",),
+    "replace_where": ("DELTA_CONCURRENT_APPEND", "ConcurrentAppendException"),
+    "microbatch": ("DELTA_CONCURRENT_APPEND", "ConcurrentAppendException"),
 }
 FIRST_FLAGS = {"microbatch": ("--event-time-start", "2026-01-01", "--event-time-end", "2026-01-04")}
 
@@ -182,6 +192,10 @@ class TestStrictRaces:
     def test_c_foreign_commit_during_the_write_fails_and_leaves_nothing(
         self, project, spark, logs_dir, name
     ):
+        """append_if_unchanged's write must follow its snapshot, so Delta refuses it. The others
+        let Delta commit them above commits that do not conflict, as a MERGE: a REPLACE WHERE
+        reads its range, so Delta refuses the row landing in it; the watermark's read is pinned
+        to vB, invisible to Delta, so ours commits above theirs and verification reverts it."""
         case, table = self.start(project, name)
         vb = history(spark, table)[-1].version
         writer = ForeignWriter(spark)
@@ -190,8 +204,66 @@ class TestStrictRaces:
         writer.join()
 
         after = [e for e in history(spark, table) if e.version > vb]
-        assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None
-        assert ours(after) == []
+        foreign = after[0]
+        assert foreign.operation == "WRITE" and foreign.tag is None
         message = failure_text(logs_dir, results)
-        assert "DELTA_MAX_COMMIT_RETRIES_EXCEEDED" in message and "never written" in message
+        if name in DELTA_REFUSES:
+            assert [e.operation for e in after] == ["WRITE"] and ours(after) == []
+            assert any(n in message for n in DELTA_REFUSES[name]) and "never written" in message
+        else:
+            assert [e.operation for e in after] == ["WRITE", "WRITE", "RESTORE"]
+            assert ours(after) == [after[1]] and after[1].tag["delta_retries"] is True
+            assert after[1].read_version == vb  # built on vB, committed above theirs
+            assert ours(after, "revert") == [after[2]]
+            assert after[2].read_version == after[1].version  # the RESTORE undid ours only
+            assert f"v{foreign.version} WRITE" in message and "CONFLICT" in message
+            assert (
+                f"written as v{after[1].version}, then reverted by RESTORE (v{after[2].version})"
+                in message
+            )
         assert contents(spark, table, case.model) == case.untouched
+
+
+DATED_EVENTS = """
+{{ config(materialized='table', event_time='event_date') }}
+select id, date_add(date'2026-01-01', cast(id % 3 as int)) as event_date from range(0, 9)
+"""
+
+DATED_BATCHES = """
+{{ config(materialized='incremental', incremental_strategy='microbatch',
+          event_time='event_date', batch_size='day', begin='2026-01-01',
+          pre_hook="SET spark.sql.session.timeZone=" ~ var('zone', 'UTC')) }}
+select id, event_date, {{ var('round', 0) }} as round from {{ ref('dated_events') }}
+"""
+
+
+class TestMicrobatchOnADate:
+    """A DATE event_time in a session zone east and west of UTC: the batch's replaced window
+    is the window dbt filtered its input with, so every batch replaces exactly its day."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"dated_events.sql": DATED_EVENTS, "dated_batches.sql": DATED_BATCHES}
+
+    @pytest.mark.parametrize("zone", ["Europe/Berlin", "America/Los_Angeles"])
+    def test_each_batch_replaces_its_day(self, project, spark, zone):
+        window = ("--event-time-start", "2026-01-01", "--event-time-end", "2026-01-04")
+        run_dbt(["run", "--full-refresh", "--select", "+dated_batches", *window])
+        table = f"{project.test_schema}.dated_batches"
+        vb = history(spark, table)[-1].version
+        day2 = ("--event-time-start", "2026-01-02", "--event-time-end", "2026-01-03")
+        run_dbt(
+            [
+                "run",
+                "--select",
+                "dated_batches",
+                *day2,
+                "--vars",
+                json.dumps({"round": 1, "zone": zone}),
+            ]
+        )
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            (i, 1 if i % 3 == 1 else 0) for i in range(9)
+        ]
+        (commit,) = [e for e in history(spark, table) if e.version > vb]
+        assert commit.operation == "WRITE" and commit.tag["strategy"] == "microbatch"

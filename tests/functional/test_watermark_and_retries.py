@@ -2,13 +2,14 @@
 
 import json
 import threading
+import time
+from collections import Counter
 from contextlib import nullcontext
 
 import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
-from dbt.adapters.fenced_spark.fence.history import parse_history
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import (
@@ -16,9 +17,11 @@ from tests.functional.lakehouse import (
     ForeignWriter,
     history,
     long_spark_job,
+    max_concurrent,
     ours,
     rows,
 )
+from tests.harness.runner import SessionRunner
 
 WATERMARK = """
 {{ config(materialized='incremental', incremental_strategy=var('strategy', 'append'),
@@ -68,8 +71,8 @@ class WatermarkBase:
             ),
         )
         after = [e for e in history(spark, table) if e.version > vb]
-        assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None
-        return table, vb, results.results[0].message
+        assert after[0].operation == "WRITE" and after[0].tag is None
+        return table, after, results.results[0].message
 
 
 class TestStockWatermarkUnderTheSameRace(StockSparkProfile, WatermarkBase):
@@ -79,16 +82,27 @@ class TestStockWatermarkUnderTheSameRace(StockSparkProfile, WatermarkBase):
     outside the write statement (a compile-time run_query; see docs/limits.md)."""
 
     def test_stock_append_is_refused_by_delta_without_explanation(self, project, spark):
-        table, _, message = self.raced_run(project, spark)
+        table, after, message = self.raced_run(project, spark)
+        assert [e.operation for e in after] == ["WRITE"]
         assert "ConcurrentAppendException" in message and "Please retry" in message
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
 class TestFencedWatermark(WatermarkBase):
     def test_fenced_append_refuses_then_rerun_is_exact(self, project, spark):
-        table, vb, message = self.raced_run(project, spark)
-        assert "DELTA_MAX_COMMIT_RETRIES_EXCEEDED" in message and "Please retry" not in message
-        assert f"v{vb + 1} WRITE" in message and "never written" in message
+        """The watermark is pinned to vB, a read Delta does not see: Delta commits ours above
+        the job's, and verification finds the job's rows among those the model read."""
+        table, after, message = self.raced_run(project, spark)
+        theirs, mine, restore = after
+        assert [e.operation for e in after] == ["WRITE", "WRITE", "RESTORE"]
+        assert ours(after) == [mine] and ours(after, "revert") == [restore]
+        assert restore.read_version == mine.version  # the RESTORE undid ours, not theirs
+        assert f"v{theirs.version} WRITE" in message and "rows this model read" in message
+        assert (
+            f"written as v{mine.version}, then reverted by RESTORE (v{restore.version})" in message
+        )
+        assert "Please retry" not in message
+        assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
         run_dbt(["run", "--vars", json.dumps({"hi": 6})])
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(6)]
@@ -110,20 +124,6 @@ class TestFencedWatermark(WatermarkBase):
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
-class SessionSql:
-    """The fence's SQL runner over a bare SparkSession: one per writer thread."""
-
-    def __init__(self, session):
-        self.session = session
-
-    def execute(self, sql):
-        self.session.sql(sql)
-
-    def history(self, table, limit):
-        frame = self.session.sql(f"DESCRIBE HISTORY {table} LIMIT {limit}")
-        return parse_history(frame.columns, [tuple(r) for r in frame.collect()])
-
-
 class TestEightConcurrentAppends:
     """Eight writers, one table, fence_retries 8, all in one JVM with their own sessions.
 
@@ -140,16 +140,17 @@ class TestEightConcurrentAppends:
     def test_every_batch_lands_exactly_once(self, project, spark):
         run_dbt(["run"])
         table = f"{project.test_schema}.landing"
-        results, refusals, crashes = {}, {}, []
+        results, refusals, crashes, spans, first_vb = {}, {}, [], {}, {}
 
         def writer(batch: int) -> None:
+            started = time.monotonic()
             session = spark.newSession()
-            fence = Fence(SessionSql(session), nullcontext)
+            fence = Fence(SessionRunner(session), nullcontext)
             session.sql(
                 f"create temporary view batch_{batch} as "
                 f"select {batch} as batch, id from range({batch * 100}, {batch * 100 + 10})"
             )
-            latest = fence.latest_version(table)
+            latest = first_vb[batch] = fence.latest_version(table)
             state = FenceState(
                 table, table, "append_if_unchanged", latest, latest, "inv-8", f"writer{batch}"
             )
@@ -160,6 +161,7 @@ class TestEightConcurrentAppends:
                 refusals[batch] = refused.report
             except Exception as exc:
                 crashes.append(exc)
+            spans[batch] = (started, time.monotonic())
 
         threads = [threading.Thread(target=writer, args=(b,)) for b in range(1, 9)]
         for thread in threads:
@@ -182,7 +184,16 @@ class TestEightConcurrentAppends:
         for batch, report in refusals.items():
             assert report.outcome == Outcome.NOT_REVERTED
             assert report.our_version == commits[f"writer{batch}"].version
-        print(f"committed strictly: {len(results)}, not reverted: {len(refusals)}")
+        # They raced: writers ran at once, two or more started from the same vB (only one
+        # could commit on it), and the others had to retry or were refused.
+        assert max_concurrent(spans.values()) >= 2, spans
+        assert max(Counter(first_vb.values()).values()) >= 2, first_vb
+        retried = [c for c in commits.values() if c.tag["attempt"] > 1]
+        assert retried or refusals
+        print(
+            f"committed strictly: {len(results)}, retried: {len(retried)}, "
+            f"not reverted: {len(refusals)}, most at once: {max_concurrent(spans.values())}"
+        )
 
 
 class TestInsertOverwriteStaysUnfenced:

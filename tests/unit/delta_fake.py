@@ -24,8 +24,12 @@ class FakeTable:
     def latest(self) -> int:
         return self.commits[-1].version
 
-    def commit(self, operation: str, rows: frozenset[str], read: int, metadata=None) -> None:
-        self.commits.append(Commit(self.latest + 1, operation, read, metadata))
+    def commit(
+        self, operation: str, rows: frozenset[str], read: int, metadata=None, parameters=None
+    ) -> None:
+        self.commits.append(
+            Commit(self.latest + 1, operation, read, metadata, parameters=parameters or {})
+        )
         self.rows.append(rows)
 
     def foreign(self, row: str) -> None:
@@ -44,9 +48,32 @@ class FakeTable:
         read = self.latest
         if restore := re.match(r"RESTORE TABLE \S+ TO VERSION AS OF (\d+)", sql):
             rows, operation = self.rows[int(restore.group(1))], "RESTORE"
+            parameters = {"version": restore.group(1)}
         else:
             rows, operation = self.rows[read] | {sql}, sql.split()[0].upper()
-        self.commit(operation, rows, read, self.conf.get(USER_METADATA))
+            parameters = {}
+        self.commit(operation, rows, read, self.conf.get(USER_METADATA), parameters)
 
     def history(self, table: str, limit: int) -> list[Commit]:
         return self.commits[-limit:]
+
+    # The conflict analysis's reads: every commit here added a data file, and every probe of
+    # the rows a commit changed finds one, so any foreign commit conflicts (OPTIMIZE aside).
+    def location(self, table: str) -> str:
+        return "/fake/t"
+
+    def session_conf(self, key: str) -> str | None:
+        return self.conf.get(key)
+
+    def fetch(self, sql: str) -> list[tuple[str, str]]:
+        versions = [int(v) for v in re.findall(r"(\d{20})\.json", sql)]
+        rows = []
+        for version in versions:
+            commit = self.commits[version]
+            change = "false" if commit.operation == "OPTIMIZE" else "true"
+            action = f'{{"add": {{"path": "f{version}", "dataChange": {change}}}}}'
+            rows.append((f"{version:020d}.json", action))
+        return rows
+
+    def any_row(self, sql: str) -> bool:
+        return True

@@ -16,4 +16,6 @@ from dbt.adapters.fenced_spark.connections import FencedSessionConnectionWrapper
     ],
 )
 def test_bindings_are_spark_literals(value, literal):
-    assert FencedSessionConnectionWrapper._fix_binding(value) == literal
+    fixed = FencedSessionConnectionWrapper._fix_binding(value)
+    # The type too: 3 == 3.0, so an int passed through unchanged would pass `==` alone.
+    assert (type(fixed), fixed) == (type(literal), literal)

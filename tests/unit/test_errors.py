@@ -54,6 +54,8 @@ def test_delta_conflicts_are_recognised_by_text():
     )
     assert conflict_name(Exception("[DELTA_MAX_COMMIT_RETRIES_EXCEEDED] ...")) is not None
     assert conflict_name(Exception("[DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW]")) is None
+    both = "io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] Files added"
+    assert conflict_name(Exception(both)) == "DELTA_CONCURRENT_APPEND"
 
 
 def test_first_lines_drops_the_jvm_stack():
@@ -174,6 +176,9 @@ class ChangedAfterWrite:
     def history(self, table, limit):
         return self.after() if self.wrote else [Commit(4, "WRITE", 3, None)]
 
+    def session_conf(self, key):
+        return None
+
 
 def unverified(strategy: str, after) -> str:
     from dbt.adapters.fenced_spark.fence.errors import FenceUnverified
@@ -190,8 +195,8 @@ def unverified(strategy: str, after) -> str:
 @pytest.mark.parametrize(
     "strategy, expected",
     [
-        ("merge", "If it read version 4, the write is right."),
-        ("replace_where", "If it is version 5, the write is right."),
+        ("merge", "If it read version 4, or commits above it that do not conflict, the write"),
+        ("replace_where", "If it directly follows version 4 or commits above it that do not"),
     ],
 )
 def test_a_history_read_that_fails_after_the_write_never_claims_nothing_was_written(

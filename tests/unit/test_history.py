@@ -2,7 +2,9 @@
 
 import datetime
 
+from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Scope
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag, parse_history
+from dbt.adapters.fenced_spark.fence.state import SNAPSHOT, VERSION, FenceState
 
 COLUMNS = [
     "version",
@@ -120,3 +122,37 @@ def test_merge_shaped_writes_keep_deltas_conflict_detection_and_every_other_writ
         assert step.strict
     for strategy in ("append_if_unchanged", "replace_where", "microbatch"):
         assert FenceTag("inv-1", "model.p.m", strategy, 4).strict
+
+
+def test_an_append_or_replace_that_let_delta_retry_is_checked_as_a_merge_is():
+    tag = FenceTag("inv-1", "model.p.m", "replace_where", 4, expected_version=4, delta_retries=True)
+    assert not tag.strict
+    assert FenceTag.parse(tag.to_json()) == tag
+    assert '"delta_retries":true' in tag.to_json()
+    # Delta committed it two commits above the snapshot it read: that holds, as for a MERGE.
+    assert tag.holds(Commit(7, "WRITE", 4, tag.to_json())) is True
+    assert tag.holds(Commit(7, "WRITE", 3, tag.to_json())) is False
+    # A tag written before the flag existed stays strict.
+    old = FenceTag("inv-1", "model.p.m", "replace_where", 4, expected_version=4)
+    assert "delta_retries" not in old.to_json() and FenceTag.parse(old.to_json()).strict
+
+
+def test_which_writes_let_delta_commit_them_above_their_snapshot():
+    def state(strategy, scope, isolation=SNAPSHOT):
+        return FenceState(
+            "t", "t", strategy, 4, 4, "inv", "model.p.m", scope=scope, isolation=isolation
+        )
+
+    bounded = Scope(replaces=("day >= 2",))
+    assert not state("replace_where", bounded).strict
+    assert state("replace_where", bounded).tag("write").delta_retries
+    assert not state("replace_where", bounded).tag("pre_hook").delta_retries
+    # The promise of append_if_unchanged, the 'version' reading, and unknown scopes stay strict.
+    assert state("append_if_unchanged", STEPS).strict
+    assert state("replace_where", bounded, VERSION).strict
+    assert not state("replace_where", bounded, VERSION).tag("write").delta_retries
+    # A MERGE always let Delta retry; its tag needs no flag.
+    assert (
+        not state("merge", bounded).strict
+        and not state("merge", bounded).tag("write").delta_retries
+    )

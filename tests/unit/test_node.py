@@ -22,7 +22,7 @@ def node(phase: Phase) -> NodeTransaction:
 @pytest.mark.parametrize(
     "phase, read, write",
     [
-        (Phase.COMPILE, PIN, None),
+        (Phase.COMPILE, PIN, STEP),
         (Phase.MATERIALIZE, None, None),
         (Phase.PRE_HOOK, PIN, STEP),
         (Phase.MODEL, None, None),

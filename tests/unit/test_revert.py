@@ -7,7 +7,9 @@ from dataclasses import replace
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.conflicts import Scope
+from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from tests.unit.delta_fake import FakeTable
 
@@ -80,7 +82,7 @@ def test_our_steps_in_a_row_at_the_head_are_reverted_together():
     text = error.report.message()
     assert error.report.outcome == Outcome.NEVER_WRITTEN
     assert "never written; this run's earlier steps v2 DELETE (pre_hook) were NOT reverted" in text
-    assert "detected by: pre-check: expected v2, found v3" in text
+    assert "detected by: pre-check: v3 RESTORE: changed data" in text
 
 
 def test_a_write_and_the_steps_before_it_all_at_the_head_leave_nothing():
@@ -186,15 +188,28 @@ def test_an_earlier_run_that_died_before_its_verdict_refuses_the_next(strategy):
         fence(table).check_earlier_runs(state(expected=3), frozenset())
     text = raised.value.msg
     assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv-0)" in text
-    check = "it had to be v1" if strategy != "merge" else "it had to read v0, and it read v1"
+    check = "it had to directly follow v0, and it followed v1"
+    if strategy == "merge":
+        check = "it had to read v0, and it read v1"
     assert check in text
     assert "landed before it:\n    - v1 WRITE by an unnamed writer" in text
     assert "`RESTORE TABLE a.t TO VERSION AS OF 1`; that also undoes v3 WRITE" in text
     assert "set `fence_accept_unverified: 2`" in text
+    # A RESTORE that undid only the later commit leaves it in the table: still refused.
+    table.execute("RESTORE TABLE a.t TO VERSION AS OF 2")
+    with pytest.raises(FenceUnresolved):
+        fence(table).check_earlier_runs(state(expected=4), frozenset())
     # Accepted by the user, or undone by anyone's RESTORE: the next run goes on.
-    fence(table).check_earlier_runs(state(expected=3), frozenset({2}))
-    table.commit("RESTORE", table.rows[1], table.latest)
-    fence(table).check_earlier_runs(state(expected=4), frozenset())
+    fence(table).check_earlier_runs(state(expected=4), frozenset({2}))
+    table.execute("RESTORE TABLE a.t TO VERSION AS OF 1")
+    fence(table).check_earlier_runs(state(expected=5), frozenset())
+    # ...unless a later RESTORE brought its version back.
+    table.execute("RESTORE TABLE a.t TO VERSION AS OF 2")
+    with pytest.raises(FenceUnresolved):
+        fence(table).check_earlier_runs(state(expected=6), frozenset())
+    # A RESTORE by timestamp names no version: it ends the search, as a replace does.
+    table.commit("RESTORE", table.rows[1], table.latest, parameters={"timestamp": "2026-11-25"})
+    fence(table).check_earlier_runs(state(expected=7), frozenset())
 
 
 def test_an_earlier_run_that_reached_its_verdict_or_held_is_not_reported():
@@ -227,7 +242,95 @@ def test_a_foreign_commit_during_a_step_of_ours_that_committed_nothing():
     report = error.report
     assert report.outcome == Outcome.NEVER_WRITTEN and report.standing == []
     text = report.message()
-    assert "detected by: pre_hook step: expected only our own commits after v0, found v1 WRITE" in (
-        text
-    )
+    assert "detected by: pre_hook step: v1 WRITE: changed data" in (text)
     assert "the table is as the other writer(s) left it" in text
+
+
+def test_an_earlier_write_over_a_later_compaction_holds():
+    # Its tag lists no tolerated commit (the OPTIMIZE landed after its pre-check), but a
+    # commit that changed no data is no conflict for any node: the next run goes on.
+    table = FakeTable()
+    s = FenceState(TABLE, "a.t", "append_if_unchanged", 0, 0, "inv-0", "model.p.t")
+    table.commit("OPTIMIZE", table.rows[-1], table.latest)
+    with fence(table).tagged(s, "write"):
+        table.execute("insert into t")
+    fence(table).check_earlier_runs(state(expected=2), frozenset())
+
+
+def test_an_earlier_run_whose_pre_hook_step_was_auto_compacted_holds():
+    # Pre-hook DELETE (v1), Delta's auto compaction with the step's tag (v2), the write (v3)
+    # on top of it: the next run goes on.
+    table = FakeTable()
+    s = FenceState(TABLE, "a.t", "append_if_unchanged", 0, 0, "inv-0", "model.p.t")
+    with fence(table).tagged(s, "pre_hook", strict=True):
+        table.execute("delete from t")
+        table.execute("OPTIMIZE t")
+    s = fence(table).after_step(s, "pre_hook")
+    assert s.expected_version == 2
+    with fence(table).tagged(s, "write"):
+        table.execute("insert into t")
+    fence(table).check_earlier_runs(state(expected=3), frozenset())
+
+
+def delta_retried_write(table: FakeTable, foreign_operation: str) -> None:
+    """A run (inv-0) whose replace_where Delta committed above a commit that landed while it
+    ran (readVersion 0, version 2), then died before its verdict."""
+    scope = Scope(reads=(ReadFilter(None),), replaces=("p = 0",))
+    s = FenceState(TABLE, "a.t", "replace_where", 0, 0, "inv-0", "model.p.t", scope=scope)
+    table.commit(foreign_operation, table.rows[-1] | {"theirs"}, 0)
+    table.commit("WRITE", table.rows[-1] | {"ours"}, 0, s.tag("write").to_json())
+
+
+def test_an_earlier_write_delta_committed_above_a_conflict_refuses_the_next():
+    table = FakeTable()
+    delta_retried_write(table, "WRITE")
+    tag = table.commits[-1].tag
+    assert tag is not None and tag.delta_retries and tag.holds(table.commits[-1])
+    with pytest.raises(FenceUnresolved) as raised:
+        fence(table).check_earlier_runs(state(expected=2), frozenset())
+    text = raised.value.msg
+    assert "its commit: v2 WRITE by dbt-fenced-spark model.p.t (invocation inv-0)" in text
+    assert "it read v0, and Delta committed it above a commit that landed while it ran" in text
+    assert "(v1 WRITE: changed rows, among them rows this model read (the whole table))" in text
+    fence(table).check_earlier_runs(state(expected=2), frozenset({2}))  # accepted by the user
+
+
+def test_an_earlier_write_delta_committed_above_a_compaction_holds():
+    table = FakeTable()
+    delta_retried_write(table, "OPTIMIZE")
+    fence(table).check_earlier_runs(state(expected=2), frozenset())
+
+
+class FailsAfterCommit(FakeTable):
+    """A write statement that commits, then raises: Delta's post-commit hook failing (a
+    symlink manifest it cannot write), or a connection lost after the commit."""
+
+    def execute(self, sql: str) -> None:
+        super().execute(sql)
+        if sql.startswith("merge"):
+            raise DbtRuntimeError("[DELTA_POST_COMMIT_HOOK_FAILED] version 1 succeeded")
+
+
+def test_a_write_that_committed_and_then_failed_is_reported_committed():
+    from dbt.adapters.fenced_spark.fence.errors import FenceCommittedThenFailed
+
+    table = FailsAfterCommit()
+    with pytest.raises(FenceCommittedThenFailed) as raised:
+        fence(table).write(state(), "merge into t")
+    text = raised.value.msg
+    assert "the write committed as v1 (verified: based on v0), then the statement failed" in text
+    assert "DELTA_POST_COMMIT_HOOK_FAILED" in text and "committed as v1; it stands" in text
+    assert [c.operation for c in table.commits] == ["CREATE TABLE", "MERGE"]
+    assert table.conf == {}  # the tag's confs are reset
+
+
+def test_a_write_that_failed_without_a_commit_keeps_its_own_error():
+    table = FakeTable()
+
+    def refuse(sql: str) -> None:
+        raise DbtRuntimeError("[DELTA_DUPLICATE_SOURCE_ROWS] two source rows")
+
+    table.before = refuse
+    with pytest.raises(DbtRuntimeError, match="DELTA_DUPLICATE_SOURCE_ROWS"):
+        fence(table).write(state(), "merge into t")
+    assert [c.operation for c in table.commits] == ["CREATE TABLE"]

@@ -326,3 +326,19 @@ def test_an_alias_written_close_stays_apart_from_the_version(sql, expected, monk
     assert pin(sql) == expected
     _without_parser(monkeypatch)
     assert pin(sql) == expected
+
+
+def test_a_table_query_of_the_target_is_pinned_as_a_subquery():
+    # `TABLE s.t VERSION AS OF n` is a parse error in Spark: the same rows as a subquery.
+    assert pin_self_reads("select 1 as id except table s.t", "s", "t", 7) == (
+        "select 1 as id except (SELECT * FROM s.t VERSION AS OF 7)"
+    )
+    assert pin_self_reads("table s.t", "s", "t", 7) == "(SELECT * FROM s.t VERSION AS OF 7)"
+    assert pin_self_reads("select 1 union all TABLE `s`.`t` order by 1", "s", "t", 3) == (
+        "select 1 union all (SELECT * FROM `s`.`t` VERSION AS OF 3) order by 1"
+    )
+    # Another table, and TABLE as a statement's target, are left as they are.
+    assert pin_self_reads("select 1 except table s.other", "s", "t", 7) == (
+        "select 1 except table s.other"
+    )
+    assert "(SELECT" not in pin_self_reads("insert into table s.t select 1", "s", "t", 7)

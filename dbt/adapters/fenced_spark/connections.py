@@ -10,6 +10,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, session
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
+from dbt.adapters.fenced_spark.run_state import RunState
 
 logger = AdapterLogger("FencedSpark")
 
@@ -88,6 +89,28 @@ class FencedSessionConnectionWrapper(SessionConnectionWrapper):
 
 class FencedSparkConnectionManager(SparkConnectionManager):
     TYPE = "fenced_spark"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.run_state = RunState()
+
+    def add_query(self, sql: str, *args: Any, **kwargs: Any) -> tuple[Connection, Any]:
+        # Each connection has its own session: what the run's hooks set is replayed into it
+        # first (run_state.py), and a hook's own session statement is recorded for the others.
+        connection = self.get_thread_connection()
+        self.run_state.prime(connection, self._replay)
+        result = super().add_query(sql, *args, **kwargs)
+        self.run_state.record(connection, sql)
+        return result
+
+    def _replay(self, sql: str) -> None:
+        try:
+            super().add_query(sql, auto_begin=False)
+        except DbtRuntimeError as exc:
+            raise DbtRuntimeError(
+                f"Replaying the run's hook statement into this model's session failed "
+                f"(README, Run-level settings): {sql.strip()}\n{exc.msg}"
+            ) from exc
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:

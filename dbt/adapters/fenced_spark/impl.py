@@ -1,6 +1,7 @@
+import re
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -9,17 +10,21 @@ from dbt.adapters.base.impl import AdapterTrackingRelationInfo
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
+from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
+from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.connections import (
     ConnectHandle,
     FencedSparkConnectionManager,
     SessionHandle,
 )
+from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import (
+    FenceCommittedThenFailed,
     FenceUnverified,
     FenceViolation,
     Outcome,
@@ -27,6 +32,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     first_lines,
     node_kind,
 )
+from dbt.adapters.fenced_spark.fence.footprint import read_filters
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     HistoryReader,
@@ -41,11 +47,19 @@ from dbt.adapters.fenced_spark.fence.node import (
     Phase,
     names_a_path,
 )
-from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, conflict_name
+from dbt.adapters.fenced_spark.fence.protocol import (
+    SNAPSHOT,
+    Fence,
+    FenceResult,
+    FenceState,
+    conflict_name,
+)
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 
 logger = AdapterLogger("FencedSpark")
+
+_DEST = re.compile(r"\bDBT_INTERNAL_DEST\.", re.I)
 
 # Strategies that never pin at compile time: unfenced by design, or fenced per batch.
 UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
@@ -56,6 +70,7 @@ class FencedSparkConfig(SparkConfig):
     fenced: bool | None = None
     fence_retries: int | None = None
     fence_accept_unverified: int | list[int] | None = None
+    fence_isolation: str | None = None
 
 
 @dataclass
@@ -63,6 +78,8 @@ class FencedAdapterResponse(AdapterResponse):
     read_version: int | None = None
     commit_version: int | None = None
     fence_outcome: str | None = None
+    # Foreign commits after vB that the write committed over, each with why it could.
+    tolerated: list[str] | None = None
 
 
 class FenceSql:
@@ -78,6 +95,27 @@ class FenceSql:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
+    def fetch(self, sql: str) -> list[Sequence[Any]]:
+        return list(self.connections.fetch_rows(sql)[1])
+
+    def any_row(self, sql: str) -> bool:
+        return bool(self.fetch(sql))
+
+    def session_conf(self, key: str) -> str | None:
+        # SQL's `SET key` redacts values that look secret (a label with "url" in it): the
+        # session's own conf is read where there is one.
+        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        if isinstance(handle, SessionHandle):
+            value = handle.spark.conf.get(key, None)
+            return None if value is None else str(value)
+        rows = self.fetch(f"SET {key}")
+        value = rows[0][1] if rows else None
+        return None if value in (None, "<undefined>") else str(value)
+
+    def location(self, table: str) -> str:
+        names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
+        return str(dict(zip(names, rows[0], strict=True))["location"])
+
     def log(self) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
         # Thrift and Connect clients have no JVM of their own: DESCRIBE HISTORY.
@@ -85,6 +123,16 @@ class FenceSql:
         if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
             return SqlHistory(self)
         return LogTail(handle.spark, fallback=SqlHistory(self))
+
+
+def dbt_command() -> str | None:
+    """The dbt subcommand being run (`run`, `parse`, ...), or None when it cannot be told."""
+    try:
+        from dbt.flags import get_flags
+
+        return getattr(get_flags(), "WHICH", None)
+    except Exception:
+        return None
 
 
 class FencedSparkAdapter(SparkAdapter):
@@ -96,6 +144,9 @@ class FencedSparkAdapter(SparkAdapter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._nodes = threading.local()
+        # dbt builds the adapter before it parses the project: the JVM starts meanwhile.
+        if self.config.credentials.method == SparkConnectionMethod.SESSION:
+            session.start_early(self.config.credentials, dbt_command())
 
     @classmethod
     def type(cls) -> str:
@@ -173,7 +224,12 @@ class FencedSparkAdapter(SparkAdapter):
             return None
         if (config.get("file_format") or "delta") != "delta":
             return None
-        return self._new_transaction(self.Relation.create_from(self.config, node), node.unique_id)
+        txn = self._new_transaction(self.Relation.create_from(self.config, node), node.unique_id)
+        txn.strategy = strategy if kind == "model" else "snapshot"
+        accepted = config.get("fence_accept_unverified") or []
+        if isinstance(accepted, list) and all(isinstance(v, int) for v in accepted):
+            txn.accepted = frozenset(accepted)  # validate.sql names a bad value, later
+        return txn
 
     @staticmethod
     def _new_transaction(relation: FencedSparkRelation, node: str) -> NodeTransaction:
@@ -219,7 +275,8 @@ class FencedSparkAdapter(SparkAdapter):
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         if action == PIN and self._captured(txn):
             sql = txn.pin(sql)
-        elif action == STEP:
+        elif action == STEP and self._captured(txn):
+            # A compile-time write may come first: it starts the node's transaction too.
             return self._own_step(txn, sql, fetch=fetch, limit=limit)
         elif action == TAG:
             assert txn.state is not None
@@ -235,10 +292,9 @@ class FencedSparkAdapter(SparkAdapter):
             return None
         if txn.location is None and not txn.unfenced and names_a_path(sql):
             try:
-                names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {txn.table}")
-            except DbtRuntimeError:
+                txn.location = FenceSql(self.connections).location(txn.table)
+            except (DbtRuntimeError, IndexError):
                 return None  # not a Delta table (yet): nothing to pin
-            txn.location = str(dict(zip(names, rows[0], strict=True))["location"]) if rows else None
         return txn.location
 
     def _captured(self, txn: NodeTransaction) -> bool:
@@ -254,7 +310,7 @@ class FencedSparkAdapter(SparkAdapter):
         logger.debug(
             f"fenced_spark: {txn.display} read at {txn.phase.value} time: vB is v{version}"
         )
-        txn.start("unknown", version)
+        txn.start(txn.strategy, version)
         return True
 
     def _own_step(
@@ -265,8 +321,16 @@ class FencedSparkAdapter(SparkAdapter):
         assert txn.state is not None
         txn.stepped = True
         fence = self._fence()
+        if txn.phase == Phase.COMPILE:
+            # Touched at compile time: a read-modify-write, fenced as a compile-time read is.
+            txn.compile_reads.append(sql)
+            if not txn.checked:
+                # Before our first commit: an earlier run's unverified commit must not be
+                # buried under it (fence_begin's check stops at the node's own commits).
+                fence.check_earlier_runs(txn.state, txn.accepted)
+                txn.checked = True
         try:
-            fence.precheck(txn.state)
+            txn.state = fence.precheck(txn.state)
             try:
                 with (
                     fence.tagged(txn.state, txn.step, strict=True),
@@ -350,7 +414,7 @@ class FencedSparkAdapter(SparkAdapter):
             compiled_code,
             str(relation.schema),
             str(relation.identifier),
-            state.read_version,
+            state.pinned,
             self._location(compiled_code),
         )
         view_sql = self.execute_macro(
@@ -378,9 +442,10 @@ class FencedSparkAdapter(SparkAdapter):
         staging: FencedSparkRelation,
         compiled_code: str,
         retries: int = 0,
+        scope: Mapping[str, Any] | None = None,
     ) -> FencedAdapterResponse:
         txn = self._node()
-        state: FenceState = txn.state  # type: ignore[assignment]
+        state = self._scoped(txn, staging, compiled_code, scope or {})
 
         def restage(new: FenceState) -> None:
             # A retry recomputes from the new vB: same staging view, pinned anew.
@@ -396,41 +461,99 @@ class FencedSparkAdapter(SparkAdapter):
         elif txn.stepped:
             changes = "new columns" if node == "snapshot" else "schema changes"
             no_retry = (
-                f"this {node}'s pre-hooks or {changes} write {state.display}, and a retry "
-                "would redo only the write"
+                f"this {node}'s compile-time writes, pre-hooks or {changes} write "
+                f"{state.display}, and a retry would redo only the write"
             )
         try:
-            result = self._fence().run(
-                state, sql, retries=int(retries), restage=restage, no_retry=no_retry
-            )
-        except (FenceViolation, FenceUnverified):
-            raise
-        except DbtRuntimeError as exc:
-            # Delta's own refusal (duplicate source keys, rows outside replace_where): say which
-            # model, and keep Delta's words without the JVM's stack.
-            raise DbtRuntimeError(
-                f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
-                f"was written. Delta said:\n{first_lines(engine_message(exc))}"
-            ) from exc
-        finally:
+            result = self._fenced_run(state, sql, int(retries), restage, no_retry)
+        except BaseException:
             txn.phase = Phase.DONE
-            # Temp views live as long as the connection; this one must not outlive the run.
-            FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+            # A lost session fails the cleanup too: it must not replace the fence's error.
+            with suppress(Exception):
+                self._drop_staging(staging)
+            raise
+        txn.phase = Phase.DONE
+        self._drop_staging(staging)
         # Post-hooks tag their commits with the attempt that committed.
         txn.state = replace(state, read_version=result.read_version, attempt=result.attempt)
+        over = [j.describe() for j in result.tolerated]
+        tolerated = f" over {'; '.join(over)}" if over else ""
         if result.outcome == Outcome.COMMITTED:
             logger.info(
                 f"fenced {state.strategy} into {state.display}: "
-                f"read v{result.read_version} -> committed v{result.commit_version}"
+                f"read v{result.read_version} -> committed v{result.commit_version}{tolerated}"
             )
         else:
             logger.info(
                 f"fenced {state.strategy} into {state.display}: "
-                f"read v{result.read_version}, no change, nothing committed"
+                f"read v{result.read_version}, no change, nothing committed{tolerated}"
             )
         return FencedAdapterResponse(
             _message=f"{state.strategy.upper()} {result.outcome.value}",
             read_version=result.read_version,
             commit_version=result.commit_version,
             fence_outcome=result.outcome.value,
+            tolerated=over,
+        )
+
+    def _fenced_run(
+        self,
+        state: FenceState,
+        sql: str,
+        retries: int,
+        restage: Callable[[FenceState], None],
+        no_retry: str | None,
+    ) -> FenceResult:
+        try:
+            return self._fence().run(
+                state, sql, retries=retries, restage=restage, no_retry=no_retry
+            )
+        except (FenceViolation, FenceUnverified, FenceCommittedThenFailed):
+            raise
+        except DbtRuntimeError as exc:
+            # Delta's own refusal (duplicate source keys, rows outside replace_where), and no
+            # commit of ours in the log: say which model, keep Delta's words without the stack.
+            raise DbtRuntimeError(
+                f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
+                f"was written. Delta said:\n{first_lines(engine_message(exc))}"
+            ) from exc
+
+    def _drop_staging(self, staging: FencedSparkRelation) -> None:
+        # Temp views live as long as the connection; this one must not outlive the run.
+        FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+
+    def _scoped(
+        self,
+        txn: NodeTransaction,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        scope: Mapping[str, Any],
+    ) -> FenceState:
+        """What the node read of its target (every pinned statement and the model SQL) and
+        what it writes (the macro's `scope`), for the conflict analysis."""
+        assert txn.state is not None
+        reads = [
+            f
+            for sql in [*txn.reads, compiled_code]
+            for f in read_filters(sql, txn.schema, txn.identifier, self._location(sql))
+        ]
+        keys = scope.get("keys") or ()
+        # A merge's incremental_predicates on its target narrow the rows its keys can touch.
+        narrowing = [
+            _DEST.sub("changed.", p)
+            for p in scope.get("key_predicates") or ()
+            if _DEST.search(p) and "dbt_internal_source" not in p.lower()
+        ]
+        return replace(
+            txn.state,
+            isolation=scope.get("isolation") or SNAPSHOT,
+            scope=Scope(
+                reads=tuple(reads),
+                keys=tuple([keys] if isinstance(keys, str) else keys),
+                source=f"SELECT * FROM {staging.render()}",
+                key_predicates=tuple(narrowing),
+                replaces=tuple(scope.get("replaces") or ()),
+                any_change=bool(scope.get("any_change")),
+                why_any=str(scope.get("why_any") or ""),
+            ),
         )

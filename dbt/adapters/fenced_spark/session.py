@@ -5,7 +5,9 @@ One JVM and one root SparkSession per process; every dbt connection gets its own
 """
 
 import os
+import re
 import threading
+from contextlib import suppress
 from typing import TYPE_CHECKING, Optional
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -24,6 +26,32 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 _lock = threading.Lock()
 _root: Optional["SparkSession"] = None
 _root_folder: str | None = None
+
+
+def local_cores(master: str) -> int | None:
+    """Task slots of a local master (`local`, `local[4]`, `local[*]`); None for a cluster."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    if match.group(1) in (None, "*"):
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    return int(match.group(1))
+
+
+def sized_conf(cores: int) -> dict[str, str]:
+    """Spark's and Delta's defaults are sized for a cluster: 200 shuffle partitions, 50 tasks per
+    Delta snapshot. On one machine every task is scheduling overhead, and each new table version
+    rebuilds its snapshot (a 100-row table: 5.4 s at 50 partitions, 1.0 s at 1, on 2 cores).
+    None changes a deterministic result (README, Session defaults; docs/benchmarks.md part 6)."""
+    return {
+        "spark.sql.shuffle.partitions": str(max(2, cores)),
+        "spark.databricks.delta.snapshotPartitions": str(max(1, cores // 2)),
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(1, cores)),
+    }
 
 
 def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
@@ -48,8 +76,73 @@ def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
     }
+    cores = local_cores(creds.server_side_parameters.get("spark.master", conf["spark.master"]))
+    if cores is not None:
+        conf.update(sized_conf(cores))
     conf.update(creds.server_side_parameters)
+    if not RESOLUTION_KEYS & set(creds.server_side_parameters):
+        jars = resolved_jars(creds)
+        if jars:
+            # Ivy resolves the package again at every start (2-3 s) though nothing changed.
+            del conf["spark.jars.packages"]
+            conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), *jars]))
     return conf
+
+
+# Keys that change what Ivy resolves: set by the user, the record is neither used nor written.
+RESOLUTION_KEYS = frozenset(
+    {
+        "spark.jars.packages",
+        "spark.jars.excludes",
+        "spark.jars.repositories",
+        "spark.jars.ivy",
+        "spark.jars.ivySettings",
+    }
+)
+
+
+def _resolved_record(creds: "FencedSparkCredentials") -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", creds.delta_package)
+    return os.path.join(creds.jars_cache or "", "resolved", f"{name}.txt")
+
+
+def _package_jar(package: str) -> str:
+    # Ivy names a retrieved artifact `org_module-revision.jar`.
+    org, module, revision = (package.split(":") + ["", ""])[:3]
+    return f"{org}_{module}-{revision}.jar"
+
+
+def resolved_jars(creds: "FencedSparkCredentials") -> list[str]:
+    """The jars Ivy resolved for the Delta package at an earlier start, if the record is whole
+    (its header counts its jars and it holds the package's own) and every jar still exists."""
+    try:
+        with open(_resolved_record(creds)) as record:
+            header, *lines = [line.strip() for line in record if line.strip()]
+    except (OSError, ValueError):
+        return []
+    jars = lines
+    whole = header == f"# {creds.delta_package} {len(jars)}" and any(
+        os.path.basename(jar) == _package_jar(creds.delta_package) for jar in jars
+    )
+    return jars if whole and all(os.path.isfile(jar) for jar in jars) else []
+
+
+def _record_resolved(creds: "FencedSparkCredentials", spark_jars: str) -> None:
+    ivy_jars = os.path.join(creds.jars_cache or "", "jars") + os.sep
+    jars = [re.sub(r"^file:(//)?", "", jar) for jar in spark_jars.split(",") if jar]
+    jars = [jar for jar in jars if jar.startswith(ivy_jars)]
+    if not jars:
+        return
+    path = _resolved_record(creds)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # Written whole, then renamed: two processes starting at once never read half a list.
+        with open(f"{path}.{os.getpid()}", "w") as record:
+            record.write(f"# {creds.delta_package} {len(jars)}\n" + "\n".join(jars) + "\n")
+        os.replace(f"{path}.{os.getpid()}", path)
+    except OSError as exc:
+        # Only the next start's speed depends on it: Spark itself is up.
+        logger.debug(f"Could not record Delta's resolved jars in {path}: {exc}")
 
 
 def _start(creds: "FencedSparkCredentials") -> "SparkSession":
@@ -83,6 +176,9 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = SparkSession.builder.config(conf=conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    resolved = dict(conf.getAll()).get("spark.jars.packages") == creds.delta_package
+    if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
+        _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
     return session
 
 
@@ -105,6 +201,38 @@ def root_session(creds: "FencedSparkCredentials") -> "SparkSession":
                 f"{_root_folder}; folder {creds.folder} is ignored until the process restarts."
             )
         return _root
+
+
+# dbt commands that run SQL after parsing the project; `dbt parse` and `dbt ls` start no JVM.
+QUERYING_COMMANDS = frozenset(
+    {
+        "run",
+        "build",
+        "seed",
+        "snapshot",
+        "test",
+        "show",
+        "compile",
+        "run-operation",
+        "retry",
+        "clone",
+        "generate",
+    }
+)
+
+
+def start_early(creds: "FencedSparkCredentials", command: str | None) -> None:
+    """Start the JVM while dbt parses the project (the adapter exists before the parse); the
+    first connection then waits on the lock for what is left. A failure here is raised again
+    by that connection's own start."""
+    if command not in QUERYING_COMMANDS or _root is not None:
+        return
+
+    def start() -> None:
+        with suppress(Exception):
+            root_session(creds)
+
+    threading.Thread(target=start, name="fenced-spark-start", daemon=True).start()
 
 
 def connection_session(creds: "FencedSparkCredentials") -> "SparkSession":

@@ -8,15 +8,11 @@ holds everything DESCRIBE HISTORY would show for it: no Spark job, no listing.
 """
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
-
-
-def _commit_file(version: int) -> str:
-    return f"{version:020d}.json"
+from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, commit_file
 
 
 class _Log:
@@ -30,7 +26,7 @@ class _Log:
         self.fs = self.dir.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
 
     def has(self, version: int) -> bool:
-        return bool(self.fs.exists(self._path(self.dir, _commit_file(version))))
+        return bool(self.fs.exists(self._path(self.dir, commit_file(version))))
 
     def has_staged_commits(self) -> bool:
         staged = self._path(self.dir, "_staged_commits")
@@ -53,16 +49,29 @@ class _Log:
         finally:
             reader.close()
 
+    def lines(self, version: int) -> list[str] | None:
+        """Every action of commit `version`, one JSON text each; None when it does not exist."""
+        if not self.has(version):
+            return None
+        reader = self._lines(commit_file(version))
+        try:
+            found = []
+            while (line := reader.readLine()) is not None:
+                found.append(str(line))
+            return found
+        finally:
+            reader.close()
+
     def commit_info(self, version: int) -> dict[str, Any] | None:
         """The commitInfo action, or None when commit `version` does not exist (yet)."""
         try:
-            reader = self._lines(_commit_file(version))
+            reader = self._lines(commit_file(version))
         except Exception:
             if not self.has(version):
                 return None
             # A writer's rename landed between the two calls (seen in the soak); commit
             # files never change once they exist, so a second open reads it or says why not.
-            reader = self._lines(_commit_file(version))
+            reader = self._lines(commit_file(version))
         try:
             # Delta writes commitInfo first; other writers may put it anywhere.
             while (line := reader.readLine()) is not None:
@@ -89,6 +98,11 @@ def commit_from_info(version: int, info: dict[str, Any]) -> Commit:
         engine_info=info.get("engineInfo") or None,
         timestamp=str(datetime.fromtimestamp(stamp / 1000)) if stamp is not None else None,
         metrics={str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+        parameters={
+            str(k): str(v)
+            for k, v in (info.get("operationParameters") or {}).items()
+            if v is not None
+        },
     )
 
 
@@ -149,6 +163,13 @@ class LogTail:
             if info is None:
                 return  # cleaned up after a checkpoint: the log's reach ends here
             yield commit_from_info(version, info)
+
+    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
+        log = self._log(table)
+        if log is None:
+            return self.fallback.actions(table, versions)
+        found = {v: log.lines(v) for v in versions}
+        return {v: lines for v, lines in found.items() if lines is not None}
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         log = self._log(table)

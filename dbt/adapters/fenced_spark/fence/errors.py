@@ -6,6 +6,7 @@ from enum import StrEnum
 
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit
 
 
@@ -91,6 +92,15 @@ class FenceReport:
     # the model's `fence_retries`.
     no_retry: str | None = None
     retries: int = 0
+    # The conflict analysis's verdict on each foreign commit it judged, by version.
+    judged: dict[int, Judgement] = field(default_factory=dict)
+
+    def _landed_line(self, commit: Commit) -> str:
+        judgement = self.judged.get(commit.version)
+        if judgement is None:
+            return f"    - {commit.describe()}"
+        verdict = "CONFLICT" if judgement.conflict else "no conflict"
+        return f"    - {commit.describe()}: {verdict}: {judgement.why}"
 
     @property
     def steps(self) -> list[Commit]:
@@ -163,7 +173,7 @@ class FenceReport:
         if self.gone:
             landed = f"    - the table itself: {self.gone.value}"
         elif self.landed:
-            landed = "\n".join(f"    - {c.describe()}" for c in self.landed)
+            landed = "\n".join(self._landed_line(c) for c in self.landed)
         else:
             landed = "    - (no foreign commit is in the history; see the cause below)"
         lines = [
@@ -262,6 +272,43 @@ class FenceUnverified(DbtRuntimeError):
         return "Fence verification"
 
 
+class FenceCommittedThenFailed(DbtRuntimeError):
+    """The write statement failed after its commit landed (a post-commit hook, a connection
+    lost after the commit): the log shows the commit, verified; the run fails for the error,
+    saying that the write stands."""
+
+    CODE = 10103
+    MESSAGE = "Fence: committed, then failed"
+
+    def __init__(
+        self,
+        strategy: str,
+        table: str,
+        commit_version: int,
+        read_version: int,
+        error: BaseException,
+    ) -> None:
+        self.commit_version, self.read_version = commit_version, read_version
+        node = node_kind(strategy)
+        super().__init__(
+            "\n".join(
+                [
+                    f"Fenced {strategy} into {table}: the write committed as "
+                    f"v{commit_version} (verified: based on v{read_version}), "
+                    "then the statement failed.",
+                    f"  the failure: {reason(error)}",
+                    f"  this run's write: committed as v{commit_version}; it stands.",
+                    f"  what to do: do not re-run this batch of the {node} for its data: it is "
+                    "in the table. Fix the cause of the failure; the next run builds on it.",
+                ]
+            )
+        )
+
+    @property
+    def type(self) -> str:
+        return "Fence committed"
+
+
 class FenceUnresolved(DbtRuntimeError):
     """An earlier run of this node committed, and its commit fails the fence's check with
     nothing after it that undid it: it died before its verdict, or left its write standing.
@@ -277,13 +324,23 @@ class FenceUnresolved(DbtRuntimeError):
         commit: Commit,
         before: list[Commit],
         after: list[Commit],
+        overtaken: str | None = None,
     ) -> None:
         tag = commit.tag
         assert tag is not None and tag.expected_version is not None
-        if tag.strict:
-            check = f"it had to be v{tag.expected_version + 1}"
+        base = f"v{tag.expected_version}"
+        if tag.tolerated:
+            judged = ", ".join(f"v{v}" for v in tag.tolerated)
+            base += f" or the commits its run judged no conflict ({judged})"
+        if overtaken:
+            check = (
+                f"it read v{commit.read_version}, and Delta committed it above a commit that "
+                f"landed while it ran and conflicts with it ({overtaken})"
+            )
+        elif tag.strict:
+            check = f"it had to directly follow {base}, and it followed v{commit.read_version}"
         else:
-            check = f"it had to read v{tag.expected_version}, and it read v{commit.read_version}"
+            check = f"it had to read {base}, and it read v{commit.read_version}"
         also = (
             f"; that also undoes {versions(after)} by other writers, so first make sure "
             "none of it needs keeping"

@@ -8,7 +8,8 @@ from typing import Any, Optional, Protocol
 TAG_KEY = "dbt_fenced_spark"
 
 # Strategies whose write is a MERGE that keeps Delta's own conflict detection (its commit
-# must read vB); every other write is strict (its commit must be vB+1).
+# must read vB, or commits above it that do not conflict); every other write is strict
+# (its commit must directly follow the snapshot it read).
 NATIVE_STRATEGIES = ("merge", "insert", "snapshot")
 
 
@@ -23,19 +24,38 @@ class FenceTag:
     # The version this commit had to build on (vB, or our previous step's commit); None in
     # tags written before it was recorded.
     expected_version: int | None = None
+    # Foreign commits after expected_version that the pre-check judged no conflict.
+    tolerated: tuple[int, ...] = ()
+    # An append or replace that let Delta commit it above commits landing while it ran
+    # (FenceState.strict); tags written before it was recorded never did.
+    delta_retries: bool = False
+    # A non-strict write's scope (conflicts.scope_json), for the next run's earlier-runs check.
+    scope: str | None = None
+    # The session's own commitInfo.userMetadata when the fence tagged over it (an audit label).
+    user_metadata: str | None = None
 
     @property
     def strict(self) -> bool:
-        return self.step != "write" or self.strategy not in NATIVE_STRATEGIES
+        if self.step != "write":
+            return True
+        return self.strategy not in NATIVE_STRATEGIES and not self.delta_retries
 
     def holds(self, commit: "Commit") -> bool | None:
         """Whether `commit`, which carries this tag, passes the fence's check; None when the
         tag does not say what it expected."""
         if self.expected_version is None:
             return None
+        # What it built on: the expected version, or the tolerated commits right above it.
+        base = self.expected_version
+        while base + 1 in self.tolerated:
+            base += 1
         if self.strict:
-            return commit.version == self.expected_version + 1
-        return commit.read_version == self.expected_version
+            return commit.read_version == commit.version - 1 and (
+                self.expected_version <= commit.read_version <= base
+            )
+        return (
+            commit.read_version is not None and self.expected_version <= commit.read_version <= base
+        )
 
     def to_json(self) -> str:
         # Spark substitutes `${...}` in SQL text, quoted or not, so the SET that carries the tag
@@ -50,6 +70,10 @@ class FenceTag:
                 "attempt": self.attempt,
                 "step": self.step,
                 "expected_version": self.expected_version,
+                **({"tolerated": list(self.tolerated)} if self.tolerated else {}),
+                **({"delta_retries": True} if self.delta_retries else {}),
+                **({"scope": json.loads(self.scope)} if self.scope else {}),
+                **({"user_metadata": self.user_metadata} if self.user_metadata is not None else {}),
             },
             ensure_ascii=True,
             separators=(",", ":"),
@@ -83,6 +107,14 @@ class FenceTag:
                 attempt=int(data.get("attempt", 1)),
                 step=str(data.get("step", "write")),
                 expected_version=_as_int(data.get("expected_version")),
+                tolerated=tuple(int(v) for v in data.get("tolerated") or ()),
+                delta_retries=data.get("delta_retries") is True,
+                scope=(
+                    json.dumps(data["scope"], sort_keys=True, separators=(",", ":"))
+                    if isinstance(data.get("scope"), dict)
+                    else None
+                ),
+                user_metadata=_as_text(data.get("user_metadata")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -98,10 +130,24 @@ class Commit:
     engine_info: str | None = None
     timestamp: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)  # operationParameters
 
     @property
     def tag(self) -> FenceTag | None:
         return FenceTag.parse(self.user_metadata)
+
+    @property
+    def compaction(self) -> bool:
+        """Delta's auto compaction commits OPTIMIZE right after a write, in the writer's
+        session, so it carries whatever tag that write had; the fence never runs OPTIMIZE."""
+        return self.operation == "OPTIMIZE"
+
+    @property
+    def restored_version(self) -> int | None:
+        """The version a RESTORE ... TO VERSION AS OF brought back (None: by timestamp)."""
+        if self.operation != "RESTORE":
+            return None
+        return _as_int(self.parameters.get("version"))
 
     @property
     def writer(self) -> str:
@@ -159,10 +205,15 @@ def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list
             engine_info=_as_text(get(row, "engineInfo")),
             timestamp=_as_text(get(row, "timestamp")),
             metrics=_as_map(get(row, "operationMetrics")),
+            parameters=_as_map(get(row, "operationParameters")),
         )
         for row in rows
     ]
     return sorted(commits, key=lambda c: c.version)
+
+
+def commit_file(version: int) -> str:
+    return f"{version:020d}.json"
 
 
 class HistoryReader(Protocol):
@@ -172,9 +223,15 @@ class HistoryReader(Protocol):
 
     def recent(self, table: str, limit: int) -> Iterator[Commit]: ...
 
+    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]: ...
+
 
 class HistorySource(Protocol):
     def history(self, table: str, limit: int) -> list[Commit]: ...
+
+    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
+
+    def location(self, table: str) -> str: ...
 
 
 class SqlHistory:
@@ -201,3 +258,17 @@ class SqlHistory:
             if len(commits) < limit or commits[0].version <= version + 1:
                 return [c for c in commits if c.version > version]
             limit *= 4
+
+    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
+        """Each commit file's lines (its actions), read by the server: the client may not see
+        the table's storage at all. A version whose file is gone is missing from the answer."""
+        names = [commit_file(v) for v in versions]
+        pattern = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
+        path = f"{self.source.location(table).rstrip('/')}/_delta_log/{pattern}"
+        rows = self.source.fetch(
+            f"SELECT _metadata.file_name, value FROM text.`{path.replace('`', '``')}`"
+        )
+        lines: dict[int, list[str]] = {}
+        for name, value in rows:
+            lines.setdefault(int(str(name).split(".")[0]), []).append(str(value))
+        return lines

@@ -14,7 +14,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import READ, WRITE, pin_self_reads
 
 
 class Phase(Enum):
-    COMPILE = "compile"  # dbt renders the node: reads of the target are pinned
+    COMPILE = "compile"  # dbt renders the node: reads pinned; writes are strict steps of ours
     MATERIALIZE = "materialize"  # the materialization decides how to run: nothing is touched
     PRE_HOOK = "pre_hook"  # reads pinned; writes to the target are strict steps of ours
     MODEL = "model"  # staging and the write run through the fence's own methods
@@ -36,8 +36,12 @@ class NodeTransaction:
     node: str
     invocation_id: str
     phase: Phase = Phase.COMPILE
-    state: FenceState | None = None  # set at the first read of the target: vB is captured
+    state: FenceState | None = None  # set at the first read or write of the target: vB
+    # Statements on the target at compile time, reads and writes (a DELETE reads too): such a
+    # node is a read-modify-write, and a retry would reuse what they saw.
     compile_reads: list[str] = field(default_factory=list)
+    # Every pinned read of the target (compile time and pre-hooks), for the conflict analysis.
+    reads: list[str] = field(default_factory=list)
     # A pre-hook or schema change wrote the target: a retry of the write alone would skip it.
     stepped: bool = False
     # The target could not be read as a Delta table at its first read (missing, not Delta):
@@ -46,6 +50,12 @@ class NodeTransaction:
     # The table's location, for ``delta.`<location>` `` reads; looked up only for SQL that
     # has one (`names_a_path`), since it costs a statement.
     location: str | None = None
+    # As configured, for what compile time commits or refuses; fence_begin has the last word.
+    strategy: str = "unknown"
+    # The model's fence_accept_unverified, as configured, for a check made at compile time.
+    accepted: frozenset[int] = frozenset()
+    # An earlier run's unverified commit was looked for (before a compile-time step).
+    checked: bool = False
 
     def action(self, sql: str) -> str | None:
         if self.unfenced or self.phase not in _ACTING:
@@ -53,7 +63,7 @@ class NodeTransaction:
         kind = statement_kind(sql, self.schema, self.identifier, self.location)
         if kind == READ and self.phase in (Phase.COMPILE, Phase.PRE_HOOK):
             return PIN
-        if kind == WRITE and self.phase in (Phase.PRE_HOOK, Phase.SCHEMA_CHANGE):
+        if kind == WRITE and self.phase in (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE):
             return STEP
         if kind == WRITE and self.phase == Phase.POST_HOOK:
             return TAG
@@ -63,9 +73,8 @@ class NodeTransaction:
         assert self.state is not None
         if self.phase == Phase.COMPILE:
             self.compile_reads.append(sql)
-        return pin_self_reads(
-            sql, self.schema, self.identifier, self.state.read_version, self.location
-        )
+        self.reads.append(sql)
+        return pin_self_reads(sql, self.schema, self.identifier, self.state.pinned, self.location)
 
     def start(self, strategy: str, read_version: int) -> FenceState:
         self.state = FenceState(

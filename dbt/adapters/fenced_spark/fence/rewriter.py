@@ -81,7 +81,14 @@ def pin_self_reads(
             # columns: the clause is written out as the name it holds.
             start, names = ref.clause
             head = sql[:start] + ".".join("`" + n.replace("`", "``") + "`" for n in names)
-        sql = f"{head} VERSION AS OF {version}{gap}{sql[ref.end :]}"
+        pinned = f" VERSION AS OF {version}"
+        if ref.table_query is not None:
+            # `TABLE s.t` (a query, or after EXCEPT/UNION) takes no time travel: the same
+            # rows as a subquery.
+            keyword, name = ref.table_query
+            head = f"{sql[:keyword]}(SELECT * FROM {head[name:]}"
+            pinned += ")"
+        sql = f"{head}{pinned}{gap}{sql[ref.end :]}"
     return sql
 
 
@@ -91,6 +98,8 @@ class Ref(NamedTuple):
 
     end: int
     clause: tuple[int, tuple[str, ...]] | None = None
+    # `TABLE <name>` as a query: where the keyword and the name start.
+    table_query: tuple[int, int] | None = None
 
 
 def reads_self(sql: str, schema: str, identifier: str, location: str | None = None) -> bool:
@@ -222,8 +231,56 @@ def _reference_ends_tokenized(sql: str, target: Target) -> list[Ref]:
         if nxt is not None and nxt.text.upper() in {"VERSION", "TIMESTAMP", "FOR"}:
             continue
         spelled = (tokens[i].start, tuple(names)) if clause else None
-        ends.append(Ref(tokens[last].end + 1, spelled))
+        ends.append(Ref(tokens[last].end + 1, spelled, _table_query(tokens, i)))
     return ends
+
+
+# Words before `TABLE <name>` that make it a statement's target, not a query.
+_TABLE_TARGET_AFTER = {
+    "INTO",
+    "CREATE",
+    "REPLACE",
+    "DROP",
+    "ALTER",
+    "TRUNCATE",
+    "ANALYZE",
+    "DESCRIBE",
+    "DESC",
+    "MSCK",
+    "REFRESH",
+    "CACHE",
+    "UNCACHE",
+    "OVERWRITE",
+    "EXTERNAL",
+    "TEMPORARY",
+    "TEMP",
+    "RESTORE",
+    "OPTIMIZE",
+    "VACUUM",
+    "CONVERT",
+    "CLONE",
+    "SHALLOW",
+    "DEEP",
+    "LAZY",
+    "INSERT",
+    "SHOW",
+    "EXISTS",
+    "GENERATE",
+    "FSCK",
+    "REORG",
+    "MERGE",
+    "UPDATE",
+    "DELETE",
+    "FROM",
+}
+
+
+def _table_query(tokens: Sequence[Token], i: int) -> tuple[int, int] | None:
+    if i == 0 or tokens[i - 1].text.upper() != "TABLE":
+        return None
+    if i > 1 and tokens[i - 2].text.upper() in _TABLE_TARGET_AFTER:
+        return None
+    return tokens[i - 1].start, tokens[i].start
 
 
 def _dotted_name_at(tokens: Sequence[Token], i: int) -> tuple[list[str], int] | None:

@@ -14,7 +14,7 @@
   {%- elif strategy == 'replace_where' -%}
     {{ return(fenced_replace_where_sql(source, target, settings.incremental_predicates)) }}
   {%- elif strategy == 'microbatch' -%}
-    {{ return(fenced_replace_where_sql(source, target, fenced_microbatch_predicates(settings))) }}
+    {{ return(fenced_replace_where_sql(source, target, fenced_microbatch_predicates(settings), fenced_microbatch_window())) }}
   {%- endif -%}
   {% do exceptions.raise_compiler_error('No fenced SQL for strategy ' ~ strategy) %}
 {% endmacro %}
@@ -67,7 +67,8 @@
   {#-- 4-7. pre-check, tagged write, verify, revert on violation --#}
   {%- set write_sql = fence_write_sql(settings.strategy, staging, this, settings) -%}
   {%- set response = adapter.fence_write(
-      write_sql, this, staging, compiled_code, settings.fence_retries) -%}
+      write_sql, this, staging, compiled_code, settings.fence_retries,
+      fence_conflict_scope(settings)) -%}
   {%- do store_result('main', response=response) -%}
 
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=False) -%}

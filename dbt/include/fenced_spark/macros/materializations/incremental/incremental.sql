@@ -4,6 +4,11 @@
   {%- if settings.keyless_merge and not settings.reads_self and existing_relation is not none and not should_full_refresh() -%}
     {{ log("fenced_spark: " ~ this ~ " " ~ fence_appends(settings) ~ " and does not read {{ this }}: a blind append, unfenced as dbt-spark runs it", info=true) }}
   {%- endif -%}
+  {%- if existing_relation is not none and existing_relation.is_view and not should_full_refresh() -%}
+    {#-- a view holds no data to protect: dbt-spark drops it and builds the table --#}
+    {{ log("fenced_spark: " ~ this ~ " exists as a view, which holds no data: replaced by a Delta table as dbt-spark does (unfenced)", info=true) }}
+    {{ return(materialization_incremental_spark()) }}
+  {%- endif -%}
   {%- if not settings.fenced or existing_relation is none or should_full_refresh() -%}
     {#-- first run, full refresh, fenced: false or an unfenced strategy: dbt-spark as is --#}
     {{ return(materialization_incremental_spark()) }}

@@ -99,6 +99,7 @@
       'keyless_merge': keyless_merge,
       'fence_retries': common.fence_retries,
       'fence_accept_unverified': common.fence_accept_unverified,
+      'fence_isolation': common.fence_isolation,
       'unique_key': unique_key,
       'incremental_predicates': predicate_list,
       'on_schema_change': incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore'),
@@ -108,19 +109,14 @@
 
 {% macro fence_validate_target(existing_relation) %}
   {%- set model_name = fence_node_name() -%}
-  {% set view_msg -%}
-    {{ model_name }}: the target exists as a view, not a Delta table, so it cannot be fenced.
-    Run once with --full-refresh to replace it with a table, or set `fenced: false`.
-  {%- endset %}
   {% set non_delta_msg -%}
     {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced (`file_format` is delta).
     Run once with --full-refresh to rebuild it as Delta, or set `fenced: false`.
   {%- endset %}
-  {%- if existing_relation.is_view -%}
-    {% do exceptions.raise_compiler_error(view_msg) %}
   {#-- is_delta is none for a table this invocation created (an earlier microbatch batch):
-       we created it, as delta. Only a known non-Delta table is refused. --#}
-  {%- elif existing_relation.is_delta == false -%}
+       we created it, as delta. Only a known non-Delta table is refused (a view never gets
+       here: the materialization replaces it). --#}
+  {%- if existing_relation.is_delta == false -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
 {% endmacro %}
@@ -130,18 +126,36 @@
   {#-- Runs on the staged model before the write: a key that is not a column of the model's
        result would otherwise surface as Delta's unresolved-expression error mid-MERGE. --#}
   {%- set keys = [unique_key] if unique_key is string else unique_key -%}
-  {%- set columns = adapter.get_columns_in_relation(staging) | map(attribute='name') | list -%}
-  {%- set known = columns | map('lower') | list -%}
+  {%- set relation_columns = adapter.get_columns_in_relation(staging) -%}
+  {%- set columns = relation_columns | map(attribute='name') | list -%}
+  {%- set types = {} -%}
+  {%- for column in relation_columns -%}
+    {%- do types.update({column.name | lower: column.dtype | lower}) -%}
+  {%- endfor -%}
   {%- set missing = [] -%}
   {%- for key in keys -%}
     {#-- dbt-spark puts the key into the MERGE as written, so a hostile column name comes
-         backquoted: compare the name inside the quotes. --#}
+         backquoted: compare the name inside the quotes. An unquoted `k.id` is a struct's
+         field: its column must be a struct that has each field named on the path. --#}
     {%- set quoted = key | length > 1 and key[0] == '`' and key[-1] == '`' -%}
-    {%- set name = key[1:-1].replace('``', '`') if quoted else key -%}
-    {%- if name | lower not in known -%}
+    {%- set path = [key[1:-1].replace('``', '`')] if quoted else key.split('.') -%}
+    {%- set head = path[0] | lower -%}
+    {%- if head not in types -%}
       {%- do missing.append(key) -%}
+    {%- elif path | length > 1 -%}
+      {%- set dtype = types[head] -%}
+      {%- if not dtype.startswith('struct<') -%}
+        {%- do missing.append(key) -%}
+      {%- else -%}
+        {%- for field in path[1:] -%}
+          {%- if (field | lower) ~ ':' not in dtype -%}
+            {%- do missing.append(key) -%}
+          {%- endif -%}
+        {%- endfor -%}
+      {%- endif -%}
     {%- endif -%}
   {%- endfor -%}
+  {%- set missing = missing | unique | list -%}
   {% set missing_column_msg -%}
     Model {{ this.render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
     Its columns are: {{ columns | join(', ') }}. Nothing was written.

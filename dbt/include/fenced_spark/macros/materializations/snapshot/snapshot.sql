@@ -51,8 +51,11 @@
     {%- do insert_cols.append(adapter.quote(column.name)) -%}
   {%- endfor -%}
   {%- set merge_sql = snapshot_merge_sql(target=target_relation, source=staging, insert_cols=insert_cols) -%}
+  {%- set scope = {
+      'isolation': settings.fence_isolation, 'any_change': true,
+      'why_any': 'a snapshot is refused by any change to the rows of its table'} -%}
   {%- set response = adapter.fence_write(
-      merge_sql, target_relation, staging, staging_sql, settings.fence_retries) -%}
+      merge_sql, target_relation, staging, staging_sql, settings.fence_retries, scope) -%}
   {%- do store_result('main', response=response) -%}
 
   {%- do apply_grants(target_relation, config.get('grants'), should_revoke(true, full_refresh_mode=False)) -%}

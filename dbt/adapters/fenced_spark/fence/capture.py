@@ -1,0 +1,170 @@
+"""Step 1: capture vB, and find an earlier run of the node that never reached its verdict."""
+
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.fence import revert
+from dbt.adapters.fenced_spark.fence.conflicts import STEPS, first_conflict, scope_from_json
+from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, Gone, Outcome, reason
+from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
+from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
+
+if TYPE_CHECKING:
+    from dbt.adapters.fenced_spark.fence.protocol import Fence
+
+# How far back (in commits) a run looks for an earlier run of its node that never reached
+# its verdict, and the operations after which what came before is no longer in the table.
+LOOKBACK = 32
+_RESETS = {
+    "RESTORE",
+    "CREATE TABLE",
+    "CREATE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "REPLACE TABLE",
+    "REPLACE TABLE AS SELECT",
+}
+
+# What Spark and Delta say when a table is gone, or is no longer Delta.
+_GONE = {
+    Gone.DROPPED: re.compile(r"TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND"),
+    Gone.NOT_DELTA: re.compile(r"DELTA_ONLY_OPERATION|DELTA_MISSING_DELTA_TABLE|not a Delta table"),
+}
+
+
+def capture(fence: "Fence", table: str) -> tuple[int, Iterator[Commit]]:
+    """vB, and the newest commits newest first for `check_earlier_runs`: over SQL one
+    DESCRIBE HISTORY serves both."""
+    recent = iter(fence.log.recent(table, LOOKBACK))
+    newest = next(recent)
+    return newest.version, itertools.chain([newest], recent)
+
+
+def check_earlier_runs(
+    fence: "Fence",
+    state: FenceState,
+    accepted: frozenset[int],
+    recent: Iterator[Commit] | None = None,
+) -> None:
+    """An earlier run of this node that died between its commit and its verdict left a
+    commit whose check fails: refuse to build on it. Newest first, stopping at the node's
+    newest commit, a replace, or LOOKBACK commits back. A RESTORE to version T makes the
+    table version T's: the commits between T and it are not in the table, the search goes on
+    from T (a RESTORE that undid only later commits leaves the unverified one in force)."""
+    after: list[Commit] = []
+    lineage: int | None = None  # the newest version still in the table, below a RESTORE
+    for commit in recent if recent is not None else fence.log.recent(state.table, LOOKBACK):
+        tag = commit.tag
+        if lineage is not None and commit.version > lineage:
+            after.append(commit)  # undone by a RESTORE above it
+            continue
+        restored = commit.restored_version
+        if restored is not None and (tag is None or tag.node != state.node):
+            lineage = restored
+            after.append(commit)
+            continue
+        if commit.operation in _RESETS:
+            return
+        if (
+            tag is None
+            or commit.compaction
+            or tag.node != state.node
+            or tag.invocation_id == state.invocation_id
+        ):
+            after.append(commit)
+            continue
+        held = tag.holds(commit)
+        if tag.step not in OWN_STEPS or held is None:
+            return  # that run reached its verdict (revert, post-hook)
+        overtaken = _overtaken(fence, state, tag, commit) if held else None
+        if held and overtaken is None:
+            return  # its commit holds
+        if commit.version in accepted:
+            return
+        assert tag.expected_version is not None
+        before = [
+            c
+            for c in fence.commits_since(state.table, tag.expected_version)
+            if c.version < commit.version
+        ]
+        if overtaken is None and _held_over_unrecorded(fence, state, tag, commit, before):
+            return
+        raise FenceUnresolved(state.strategy, state.display, commit, before, after[::-1], overtaken)
+
+
+def _overtaken(fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit) -> str | None:
+    """A write Delta committed above commits that landed while it ran: its run's verification
+    judged them, but a verdict is not in the log. Judged again by the scope its tag records:
+    the first conflict, or None."""
+    if tag.strict or tag.scope is None or commit.read_version is None:
+        return None
+    if commit.read_version >= commit.version - 1:
+        return None
+    gap = [
+        c
+        for c in fence.commits_since(state.table, commit.read_version)
+        if c.version < commit.version
+        and c.version not in tag.tolerated
+        and not (c.tag is not None and tag.same_run(c.tag))
+    ]
+    if not gap:
+        return None
+    check = fence.conflict_check(replace(state, strategy=tag.strategy))
+    scope = scope_from_json(tag.scope)
+    try:
+        if scope.keys:  # the keys it wrote: the rows its commit changed, as verification does
+            written = check.changed_rows(commit.version)
+            scope = replace(scope, source=written, source_verb="wrote")
+    except Exception as exc:
+        scope = replace(scope, any_change=True, why_any=f"its rows could not be read ({exc})")
+    conflict = first_conflict(check.judge(gap, scope))
+    return conflict.describe() if conflict else None
+
+
+def _held_over_unrecorded(
+    fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit, before: list[Commit]
+) -> bool:
+    """A write built on commits that landed after its pre-check (so its tag does not list
+    them) holds if they changed no data: that run's own verification judged them with a
+    scope this run no longer has, so any data change counts here."""
+    assert tag.expected_version is not None
+    recorded = set(tag.tolerated)
+    gap = [
+        c for c in before if c.version not in recorded and c.version <= (commit.read_version or -1)
+    ]
+    gap = [c for c in gap if c.tag is None or not tag.same_run(c.tag)]
+    built_on = commit.read_version if commit.read_version is not None else -1
+    if built_on < tag.expected_version or (tag.strict and built_on != commit.version - 1):
+        return False
+    if not gap:
+        return True  # only that run's own commits (its auto compaction) in between
+    return first_conflict(fence.conflict_check(state).judge(gap, STEPS)) is None
+
+
+def latest_version(fence: "Fence", table: str, known: int | None = None) -> int:
+    return fence.log.latest_version(table, known)
+
+
+def latest_or_fail(fence: "Fence", state: FenceState) -> int:
+    try:
+        return fence.latest_version(state.table, known=state.expected_version)
+    except DbtRuntimeError as exc:
+        gone = next((g for g, words in _GONE.items() if words.search(str(exc))), None)
+        if gone is None:
+            raise
+        # Dropped, or re-created as another format, since vB: a refusal, not a crash.
+        found = "no table" if gone == Gone.DROPPED else "a table that is not Delta"
+        expected = f"v{state.expected_version}"
+        revert.fail(
+            fence,
+            state,
+            Outcome.NEVER_WRITTEN,
+            [],
+            cause=f"pre-check: expected {expected}, found {found}: {reason(exc)}",
+            gone=gone,
+        )

@@ -1,0 +1,159 @@
+"""Step 8: on a refusal, undo our own commits at the head of the log (never anyone else's),
+then fail saying exactly what of ours stands."""
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from dbt.adapters.fenced_spark.fence.errors import (
+    FenceReport,
+    FenceViolation,
+    Outcome,
+    reason,
+    versions,
+)
+from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
+
+if TYPE_CHECKING:
+    from dbt.adapters.fenced_spark.fence.protocol import Fence
+
+
+@dataclass(frozen=True)
+class Revert:
+    """What a revert did: our commits it undid, the RESTORE that stands, foreign commits it
+    rolled back and could not bring back, and why anything of ours was left."""
+
+    reverted: list[Commit] = field(default_factory=list)
+    restore: Commit | None = None
+    rolled_back: list[Commit] = field(default_factory=list)
+    error: str | None = None
+    wrote: bool = False
+
+
+def _landed(commits: list[Commit]) -> str:
+    return ", ".join(f"v{c.version}" for c in commits)
+
+
+def refuse(
+    fence: "Fence", state: FenceState, cause: str, our_write: Commit | None = None
+) -> NoReturn:
+    """Fail the node after undoing what it committed since vB, as far as that undoes
+    nobody else's commit; the report says exactly what of ours stands."""
+    commits = fence.commits_since(state.table, state.read_version)
+    mine = [
+        c
+        for c in fence.ours(state, commits)
+        if c.tag and c.tag.step in OWN_STEPS and not c.compaction
+    ]
+    if not mine:  # nothing of ours since vB: nothing to undo
+        fail(fence, state, Outcome.NEVER_WRITTEN, fence.foreign(state, commits), cause=cause)
+    revert = undo_ours(fence, state, commits)
+    if our_write is None:
+        outcome = Outcome.NEVER_WRITTEN
+    elif our_write in revert.reverted:
+        outcome = Outcome.REVERTED
+    else:
+        outcome = Outcome.NOT_REVERTED
+    if revert.wrote:  # the RESTOREs are ours; what landed meanwhile is read anew
+        commits = fence.commits_since(state.table, state.read_version)
+    fail(
+        fence,
+        state,
+        outcome,
+        fence.foreign(state, commits),
+        cause=cause,
+        our_version=our_write.version if our_write else None,
+        revert_version=revert.restore.version if revert.restore else None,
+        revert_error=revert.error,
+        ours=mine,
+        reverted=revert.reverted,
+        rolled_back=revert.rolled_back,
+    )
+
+
+def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Revert":
+    """RESTORE over the run of our own commits at the head of the log, and only that: a
+    foreign commit below or above it stays. A RESTORE that turns out to have read a foreign
+    commit (one that landed after we looked) is itself undone."""
+    latest = fence.latest_version(state.table, known=commits[-1].version)
+    if latest != commits[-1].version:
+        commits = fence.commits_since(state.table, state.read_version)
+    own = [c for c in fence.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
+    head: list[Commit] = []
+    for commit in reversed(commits):
+        if commit not in own:
+            break
+        head.insert(0, commit)
+    if not [c for c in head if not c.compaction]:
+        # Only our auto compaction at the head: what blocks the revert is below it.
+        blocking = [c for c in commits if c not in own][-1:]
+        return Revert(
+            error=f"{_landed(blocking)} landed after it, so a RESTORE would undo that too"
+        )
+    top = head[-1].version
+    try:
+        restore = tagged_restore(fence, state, head[0].version - 1, "revert", after=top)
+    except Exception as exc:
+        return Revert(error=f"the RESTORE failed: {reason(exc)}", wrote=True)
+    if restore is None or restore.read_version is None:
+        return Revert(error="the RESTORE's commit is not in the table's history", wrote=True)
+    if restore.read_version == top:
+        # Ours below a foreign commit stay: restoring them would undo that commit too.
+        kept = [c for c in own if c.version < head[0].version]
+        error = None
+        if kept:
+            blocking = [c for c in commits if kept[0].version < c.version < head[0].version]
+            blocking = [c for c in blocking if c not in own]
+            error = f"{_landed(blocking)} landed after them, so a RESTORE would undo that too"
+        return Revert(reverted=head, restore=restore, wrote=True, error=error)
+    # A commit landed between our look at the head and the RESTORE's snapshot, and the
+    # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
+    read = restore.read_version
+    slipped = [c for c in fence.commits_since(state.table, top) if c.version <= read]
+    what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
+    try:
+        undo = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
+    except Exception as exc:
+        failed = reason(exc)
+    else:
+        if undo is not None and undo.read_version == restore.version:
+            return Revert(
+                wrote=True,
+                error=f"{what}, which rolled it back too, so v{undo.version} restored "
+                f"v{read}: the table is as it was before the RESTORE",
+            )
+        failed = "its commit is not where it should be"
+    return Revert(
+        reverted=head,
+        restore=restore,
+        rolled_back=slipped,
+        wrote=True,
+        error=f"{what}, which rolled it back too; undoing the RESTORE failed: {failed}",
+    )
+
+
+def tagged_restore(
+    fence: "Fence", state: FenceState, version: int, step: str, after: int
+) -> Commit | None:
+    """A tagged RESTORE that commits only on the snapshot it read (never past a commit
+    that landed meanwhile), and its commit, found by its tag."""
+    with fence.tagged(state, step, strict=True):
+        fence.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+    restores = fence.ours(state, fence.commits_since(state.table, after), step)
+    return restores[-1] if restores else None
+
+
+def fail(
+    fence: "Fence", state: FenceState, outcome: Outcome, landed: list[Commit], **kw: Any
+) -> NoReturn:
+    raise FenceViolation(
+        FenceReport(
+            strategy=state.strategy,
+            table=state.display,
+            read_version=state.read_version,
+            outcome=outcome,
+            landed=landed,
+            judged={j.commit.version: j for j in state.judged},
+            **kw,
+        )
+    )

@@ -1,0 +1,127 @@
+"""What the fence knows about one node's attempt, and the SQL it runs through."""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, Scope, scope_json
+from dbt.adapters.fenced_spark.fence.errors import Outcome
+from dbt.adapters.fenced_spark.fence.history import NATIVE_STRATEGIES, Commit, FenceTag
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
+
+# The steps whose commits are this node's own changes to the table (revert and post_hook
+# commits are not: the first undo ours, the second come after the verdict).
+OWN_STEPS = ("compile", "pre_hook", "schema_change", "write")
+
+# Delta's commit conflicts. PySpark maps none of them to a class, so match the text. The error
+# class is named when the text has it (the session's message starts with it); over Spark
+# Connect the text may carry only the Java exception's name.
+_ERROR_CLASS = re.compile(
+    r"DELTA_CONCURRENT_\w+|DELTA_MAX_COMMIT_RETRIES_EXCEEDED"
+    r"|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
+)
+_EXCEPTION = re.compile(
+    r"Concurrent(Append|DeleteRead|DeleteDelete|Transaction|Write)Exception"
+    r"|MetadataChangedException|ProtocolChangedException"
+)
+
+
+def conflict_name(error: BaseException) -> str | None:
+    text = str(error)
+    match = _ERROR_CLASS.search(text) or _EXCEPTION.search(text)
+    return match.group(0) if match else None
+
+
+def set_conf_sql(key: str, value: str) -> str:
+    # Backquotes let the value hold `;` and `=`; a backquote inside is doubled.
+    quoted = value.replace("`", "``")
+    return f"SET {key}=`{quoted}`"
+
+
+class SqlRunner(Protocol):
+    def execute(self, sql: str) -> None: ...
+
+    def history(self, table: str, limit: int) -> list[Commit]: ...
+
+    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
+
+    def location(self, table: str) -> str: ...
+
+    def any_row(self, sql: str) -> bool: ...
+
+    def session_conf(self, key: str) -> str | None: ...
+
+
+# fence_isolation: 'snapshot' refuses conflicts (the default); 'version' any commit after vB.
+SNAPSHOT, VERSION = "snapshot", "version"
+
+
+@dataclass(frozen=True)
+class FenceState:
+    """What the fence knows about one node's attempt: vB, the version its next commit must
+    build on, and what tags its commits."""
+
+    table: str
+    display: str
+    strategy: str
+    read_version: int
+    expected_version: int
+    invocation_id: str
+    node: str
+    attempt: int = 1
+    # What the node read and writes, for the conflict analysis; until the write knows it
+    # (pre-hook steps), any data change conflicts.
+    scope: Scope = STEPS
+    isolation: str = SNAPSHOT
+    # Foreign commits after vB judged so far (a conflict ends the run).
+    judged: tuple[Judgement, ...] = ()
+
+    @property
+    def strict(self) -> bool:
+        """The write must directly follow the snapshot it read (maxCommitAttempts=0). Under
+        snapshot isolation an append or replace whose conflicts the fence can bound lets
+        Delta commit it above commits that land while it runs, as a MERGE does: verification
+        judges every one of them. append_if_unchanged and 'version' keep their promise."""
+        if self.strategy in NATIVE_STRATEGIES:
+            return False
+        return self.isolation == VERSION or self.scope.any_change
+
+    @property
+    def tolerated(self) -> list[Judgement]:
+        return [j for j in self.judged if not j.conflict]
+
+    @property
+    def pinned(self) -> int:
+        """The version the node's reads of its table see: vB with its own steps (a pre-hook's
+        DELETE) on top, as stock dbt reads its own writes. Below expected_version lie only
+        our steps and commits without data change (STEPS refuses any other)."""
+        return self.expected_version
+
+    def tag(self, step: str) -> FenceTag:
+        return FenceTag(
+            self.invocation_id,
+            self.node,
+            self.strategy,
+            self.read_version,
+            self.attempt,
+            step,
+            self.expected_version,
+            tuple(j.commit.version for j in self.tolerated),
+            delta_retries=step == "write"
+            and self.strategy not in NATIVE_STRATEGIES
+            and not self.strict,
+            # A write Delta may commit above others records what it read and writes.
+            scope=scope_json(self.scope) if step == "write" and not self.strict else None,
+        )
+
+
+@dataclass(frozen=True)
+class FenceResult:
+    read_version: int
+    commit_version: int | None
+    outcome: Outcome
+    attempt: int = 1
+    tolerated: tuple[Judgement, ...] = ()

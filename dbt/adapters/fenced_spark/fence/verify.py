@@ -1,0 +1,169 @@
+"""Steps 5 and 7: judge the commits that landed since the expected version, before the write
+(pre-check) and after it (verification), by the rules of fence/conflicts.py."""
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.fence.conflicts import STEPS, first_conflict
+from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
+from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.state import VERSION, FenceResult, FenceState, conflict_name
+
+if TYPE_CHECKING:
+    from dbt.adapters.fenced_spark.fence.protocol import Fence
+
+
+def precheck(fence: "Fence", state: FenceState) -> FenceState:
+    """The commits since the expected version, judged before we write: a conflict refuses
+    the node, the others are tolerated (and recorded in the state, and so in the tag)."""
+    latest = fence._latest_or_fail(state)
+    if latest == state.expected_version:
+        return state
+    commits = fence.commits_since(state.table, state.expected_version)
+    return judge(fence, state, commits, "pre-check", found=latest)
+
+
+def judge(
+    fence: "Fence",
+    state: FenceState,
+    commits: list[Commit],
+    check: str,
+    our_write: Commit | None = None,
+    found: int | None = None,
+) -> FenceState:
+    """Every foreign commit in `commits` not judged yet: refuse at the first conflict."""
+    todo = _unjudged(fence, state, commits)
+    if not todo:
+        return state
+    if state.isolation == VERSION:
+        found = todo[-1].version if found is None else found
+        fence.refuse(
+            state,
+            f"{check}: expected v{state.expected_version}, found v{found} "
+            "(fence_isolation: 'version' refuses any commit after it)",
+            our_write,
+        )
+    checked = fence.conflict_check(state).judge(todo, state.scope)
+    judged = replace(state, judged=state.judged + tuple(checked))
+    conflict = first_conflict(judged.judged)
+    if conflict is not None:
+        fence.refuse(judged, f"{check}: {conflict.describe()}", our_write)
+    return judged
+
+
+def after_step(fence: "Fence", state: FenceState, step: str) -> FenceState:
+    """Our step ran strict, on top of whatever it read: the foreign commits below it must
+    not conflict (any data change does: a step's writes are arbitrary SQL), and the next
+    step expects its last commit."""
+    commits = fence.commits_since(state.table, state.expected_version)
+    mine = fence.ours(state, commits, step)
+    below = [c for c in commits if not mine or c.version < mine[-1].version]
+    step_state = replace(state, scope=STEPS)
+    judged = judge(fence, step_state, below, f"{step} step")
+    state = replace(state, judged=judged.judged)
+    if not mine:
+        return state
+    # Delta's auto compaction right after our step carries its tag: the next step
+    # builds on it as on our own commit.
+    expected = mine[-1].version
+    for commit in commits:
+        if commit.version == expected + 1 and commit.compaction and fence.ours(state, [commit]):
+            expected = commit.version
+    return replace(state, expected_version=expected)
+
+
+def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) -> FenceResult:
+    commits = fence.commits_since(state.table, state.read_version)
+    ours = fence.ours(state, commits, "write")
+    if not ours:
+        if conflict is not None:
+            fence.refuse(
+                state,
+                f"Delta's conflict detection during the write ({conflict_name(conflict)})",
+            )
+        # An unchanged table makes no commit: nothing to verify, nothing lost. Unless the
+        # table went away after the write, taking our commit with it: that is not "no change".
+        latest = fence.latest_version(state.table, known=state.expected_version)
+        if latest < 0:
+            raise DbtRuntimeError("the table's Delta log is gone: dropped after the write")
+        if latest < state.expected_version:
+            raise DbtRuntimeError(
+                f"the table's history now ends at v{latest}, before "
+                f"v{state.expected_version}: replaced after the write"
+            )
+        return FenceResult(
+            state.read_version, None, Outcome.NO_CHANGE, state.attempt, tuple(state.tolerated)
+        )
+    our = ours[-1]
+    built_on = our.read_version if our.read_version is not None else -1
+    if built_on < state.expected_version or (state.strict and built_on != our.version - 1):
+        fence.refuse(state, _expected(state, our, "post-write verification"), our)
+    # Strict: every commit below ours. Merge: Delta's own check covered the commits during
+    # the MERGE against what the MERGE read at its snapshot, but not the node's reads at
+    # vB: every commit below ours too, or under 'version' those up to its snapshot.
+    top = built_on if state.isolation == VERSION and not state.strict else our.version - 1
+    below = [c for c in commits if state.expected_version < c.version <= top]
+    state = judge(
+        fence,
+        _as_written(fence, state, our, below),
+        below,
+        "post-write verification",
+        our_write=our,
+    )
+    return FenceResult(
+        state.read_version,
+        our.version,
+        Outcome.COMMITTED,
+        state.attempt,
+        tuple(state.tolerated),
+    )
+
+
+def _as_written(fence: "Fence", state: FenceState, our: Commit, below: list[Commit]) -> FenceState:
+    """After a MERGE, the keys it wrote are the keys of the rows its commit changed:
+    exact, where the staging view would evaluate the model SQL once more."""
+    if not state.scope.keys or not _unjudged(fence, state, below):
+        return state
+    try:
+        written = fence.conflict_check(state).changed_rows(our.version)
+    except Exception as exc:
+        why = f"the rows our write changed could not be read ({reason(exc)})"
+        return replace(state, scope=replace(state.scope, any_change=True, why_any=why))
+    return replace(state, scope=replace(state.scope, source=written, source_verb="wrote"))
+
+
+def _unjudged(fence: "Fence", state: FenceState, commits: list[Commit]) -> list[Commit]:
+    """The foreign commits in `commits` that no check of this attempt has judged yet."""
+    known = {j.commit.version for j in state.judged}
+    return [c for c in fence.foreign(state, commits) if c.version not in known]
+
+
+def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
+    if state.strict:
+        expected = (
+            f"it directly follows version {state.expected_version} or commits above it "
+            "that do not conflict"
+        )
+    else:
+        expected = (
+            f"it read version {state.expected_version}, or commits above it that do not conflict"
+        )
+    tag = state.tag("write")
+    return FenceUnverified(
+        state.strategy,
+        state.display,
+        state.read_version,
+        expected,
+        f'invocation_id "{tag.invocation_id}", node "{tag.node}", attempt {tag.attempt} '
+        f'and step "write"',
+        error,
+    )
+
+
+def _expected(state: FenceState, our: Commit | None, check: str) -> str:
+    found = f"v{our.version} read v{our.read_version}" if our else "no commit of ours"
+    follows = " and to follow the version it read" if state.strict else ""
+    expected = f"our commit to read v{state.expected_version} or later{follows}"
+    return f"{check}: expected {expected}, found {found}"

@@ -1,0 +1,96 @@
+"""What the run sets for every model: session statements of on-run-start/-end and run-operation,
+replayed into each connection's own session.
+
+Every dbt connection has its own Spark session (so a model's pre-hook `SET` and the fence's
+confs never reach another model), but the hooks run in dbt's "master" connection, whose session
+no model sees. Stock dbt-spark's embedded session is one shared session, where they reach every
+model. Replaying the run's session statements in order, before a connection's first statement,
+gives every method (session, Thrift, Connect) what stock gives the embedded one.
+"""
+
+import re
+import threading
+from collections.abc import Callable
+
+from dbt.adapters.contracts.connection import Connection
+from dbt.adapters.events.logging import AdapterLogger
+
+logger = AdapterLogger("FencedSpark")
+
+# dbt's query comment, and the user's own, come before the statement.
+_LEADING_COMMENTS = re.compile(r"^(\s*(/\*.*?\*/|--[^\n]*(\n|$)))*\s*", re.S)
+# Statements that change a session, not data. `SET key` alone reads a conf; `SET -v` lists them.
+_SESSION = re.compile(
+    r"(SET\s+(TIME\s+ZONE\b|VAR(IABLE)?\b|[^=;]+=)"
+    r"|RESET\b|USE\b|DECLARE\b"
+    r"|CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+(VIEW|FUNCTION|MACRO)\b"
+    r"|DROP\s+TEMP(ORARY)?\s+(FUNCTION|VARIABLE|MACRO)\b|DROP\s+VARIABLE\b)",
+    re.I,
+)
+_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
+_TEMP_VIEW = re.compile(
+    r"CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME, re.I
+)
+# A DROP or ALTER of one of the run's temp views changes the session; of any other view, data.
+_OF_VIEW = re.compile(r"(DROP\s+VIEW\s+(IF\s+EXISTS\s+)?|ALTER\s+VIEW\s+)" + _NAME, re.I)
+# The applied count rides on the handle, which lives exactly as long as its session.
+_APPLIED = "_fenced_run_state_applied"
+
+
+def is_run_connection(name: str | None) -> bool:
+    """on-run-start/-end run in "master"; a run-operation's macro in "macro_<name>"."""
+    return name == "master" or (name or "").startswith("macro_")
+
+
+class RunState:
+    def __init__(self) -> None:
+        self._statements: list[str] = []
+        self._temp_views: set[str] = set()
+        self._lock = threading.Lock()
+
+    def session_statement(self, sql: str) -> bool:
+        return self._changes_session(_LEADING_COMMENTS.sub("", sql, count=1))
+
+    def _changes_session(self, body: str) -> bool:
+        if _SESSION.match(body):
+            return True
+        view = _OF_VIEW.match(body)
+        return view is not None and _name(view.group(3)) in self._temp_views
+
+    def record(self, connection: Connection, sql: str) -> None:
+        """After `sql` succeeded on `connection`."""
+        if not is_run_connection(connection.name):
+            return
+        body = _LEADING_COMMENTS.sub("", sql, count=1)
+        if not self._changes_session(body):
+            return
+        view = _TEMP_VIEW.match(body)
+        with self._lock:
+            if view:
+                self._temp_views.add(_name(view.group(4)))
+            self._statements.append(sql)
+            setattr(connection.handle, _APPLIED, len(self._statements))
+
+    def prime(self, connection: Connection, run: Callable[[str], object]) -> None:
+        """Before a statement on `connection`: run what the run set and it has not seen yet."""
+        with self._lock:
+            statements = list(self._statements)
+        if not statements:
+            return
+        handle = connection.handle
+        applied = getattr(handle, _APPLIED, 0)
+        if applied >= len(statements):
+            return
+        logger.debug(
+            f"fenced_spark: {len(statements) - applied} session statement(s) of the run's hooks "
+            f"replayed into connection {connection.name!r}"
+        )
+        for done, sql in enumerate(statements[applied:], start=applied + 1):
+            run(sql)
+            setattr(handle, _APPLIED, done)
+
+
+def _name(quoted: str) -> str:
+    if quoted.startswith("`"):
+        return quoted[1:-1].replace("``", "`").lower()
+    return quoted.lower()

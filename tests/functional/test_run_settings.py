@@ -1,0 +1,198 @@
+"""What the run sets, every model sees: on-run-start's confs and temp views reach every model's
+session while a model's own pre-hook SET stays in it; the user's commit label survives a fenced
+write; an unfiltered microbatch builds; a view becomes the incremental table. Stock dbt-spark,
+whose embedded session is one shared session, is the control."""
+
+import json
+
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture
+
+from tests.conftest import StockSparkProfile
+from tests.functional.lakehouse import history, ours, rows
+
+ON_RUN_START = [
+    "set spark.sql.session.timeZone = Asia/Tokyo",
+    "set spark.databricks.delta.schema.autoMerge.enabled = true",
+    "create or replace temporary view run_hook_view as select 7 as seven",
+]
+# Stock's hooks run in the test process's own session: leave it as it was.
+ON_RUN_END = [
+    "reset spark.sql.session.timeZone",
+    "reset spark.databricks.delta.schema.autoMerge.enabled",
+    "drop view if exists run_hook_view",
+]
+
+TZ = """
+{{ config(materialized='table') }}
+select current_timezone() as tz, cast(timestamp '2024-01-01 00:00:00' as long) as epoch
+"""
+FROM_VIEW = "{{ config(materialized='table') }}\nselect seven from run_hook_view"
+GROWS = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
+{% if var('round', 1) == 1 %}
+select 1 as id, 'a' as v
+{% else %}
+select 1 as id, 'b' as v, 'new' as extra
+{% endif %}
+"""
+PRE_SET = """
+{{ config(materialized='table', pre_hook="set spark.sql.session.timeZone = America/New_York") }}
+select current_timezone() as tz
+"""
+# Runs after pre_set: stock's shared session hands it pre_set's zone, ours must not.
+AFTER_SET = """
+-- depends_on: {{ ref('pre_set') }}
+{{ config(materialized='table') }}
+select current_timezone() as tz
+"""
+AUDITED = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          pre_hook="set spark.databricks.delta.commitInfo.userMetadata = audit_b2",
+          post_hook=["insert into " ~ this.schema ~ ".audit_sink values (1)",
+                     "reset spark.databricks.delta.commitInfo.userMetadata"]) }}
+select {{ var('round', 1) }} as id
+"""
+EVENTS = """
+{{ config(materialized='table') }}
+select id, cast(d as date) as d
+from values (1, '2026-01-01'), (2, '2026-01-02'), (3, '2026-01-03') as t(id, d)
+"""
+# Its upstream has no event_time: dbt runs every batch on all of it.
+DAILY = """
+{{ config(materialized='incremental', incremental_strategy='microbatch', event_time='d',
+          batch_size='day', begin='2026-01-01', partition_by=['d']) }}
+select id, d from {{ ref('events') }}
+"""
+HOOKS = {
+    "models": {"+file_format": "delta"},
+    "on-run-start": ON_RUN_START,
+    "on-run-end": ON_RUN_END,
+}
+WINDOW = ["--event-time-start", "2026-01-01", "--event-time-end", "2026-01-04"]
+
+
+def models():
+    return {
+        "tz.sql": TZ,
+        "from_view.sql": FROM_VIEW,
+        "grows.sql": GROWS,
+        "pre_set.sql": PRE_SET,
+        "after_set.sql": AFTER_SET,
+        "audited.sql": AUDITED,
+        "events.sql": EVENTS,
+        "daily.sql": DAILY,
+    }
+
+
+class RunSettings:
+    EXCLUDE = ["daily"]
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return models()
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return HOOKS
+
+    @pytest.fixture(scope="class")
+    def built(self, project, spark):
+        spark.sql(f"create table {project.test_schema}.audit_sink (id int) using delta")
+        first = run_dbt(["run", "--exclude", *self.EXCLUDE])
+        second = run_dbt(["run", "--exclude", *self.EXCLUDE, "--vars", json.dumps({"round": 2})])
+        return first, second
+
+    def test_on_run_start_settings_reach_every_model(self, project, spark, built):
+        s = project.test_schema
+        assert rows(spark, f"select tz, epoch from {s}.tz") == [("Asia/Tokyo", 1704034800)]
+        assert rows(spark, f"select seven from {s}.from_view") == [(7,)]
+
+    def test_a_merge_under_the_runs_schema_auto_merge_adds_the_column(self, project, spark, built):
+        table = f"{project.test_schema}.grows"
+        assert rows(spark, f"select id, v, extra from {table}") == [(1, "b", "new")]
+
+    def test_the_users_commit_label_is_kept(self, project, spark, built):
+        s = project.test_schema
+        last = history(spark, f"{s}.audited")[-1]
+        assert last.operation == "MERGE" and self.label(last) == "audit_b2"
+        # The post-hook's insert elsewhere commits after our write: the label was put back.
+        assert history(spark, f"{s}.audit_sink")[-1].user_metadata == "audit_b2"
+
+
+class TestRunSettings(RunSettings):
+    @staticmethod
+    def label(commit):
+        assert ours([commit]) == [commit]
+        return commit.tag["user_metadata"]
+
+    def test_a_models_pre_hook_set_stays_in_that_model(self, project, spark, built):
+        s = project.test_schema
+        assert rows(spark, f"select tz from {s}.pre_set") == [("America/New_York",)]
+        assert rows(spark, f"select tz from {s}.after_set") == [("Asia/Tokyo",)]
+
+    def test_hook_statements_are_replayed_into_the_models_sessions(self, built, logs_dir):
+        with open(f"{logs_dir}/dbt.log") as log:
+            assert "3 session statement(s) of the run's hooks replayed into connection " in (
+                log.read()
+            )
+
+
+class TestStockRunSettings(StockSparkProfile, RunSettings):
+    """The same models on stock dbt-spark: the behaviour the fenced run must match. Not the
+    pre-hook SET pair: stock's shared session leaks that zone into every model after it."""
+
+    EXCLUDE = ["daily", "pre_set", "after_set"]
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return HOOKS
+
+    @pytest.fixture(scope="class", autouse=True)
+    def session_only(self, request):
+        if request.config.getoption("--profile") != "session":
+            pytest.skip("over a server stock dbt-spark's connections are separate sessions too")
+
+    @staticmethod
+    def label(commit):
+        return commit.user_metadata
+
+
+class UnfilteredMicrobatch:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"events.sql": EVENTS, "daily.sql": DAILY}
+
+    def test_every_batch_writes_its_own_days_rows(self, project, spark):
+        table = f"{project.test_schema}.daily"
+        for _ in range(2):
+            run_dbt(["run", *WINDOW])
+            got = rows(spark, f"select id, cast(d as string) from {table} order by id")
+            assert got == [(1, "2026-01-01"), (2, "2026-01-02"), (3, "2026-01-03")]
+
+
+class TestUnfilteredMicrobatch(UnfilteredMicrobatch):
+    pass
+
+
+class TestStockUnfilteredMicrobatch(StockSparkProfile, UnfilteredMicrobatch):
+    pass
+
+
+class TestViewBecomesIncremental:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "was_view.sql": "{{ config(materialized=var('m', 'view'), unique_key='id', "
+            "incremental_strategy='merge') }}\nselect 1 as id, 'x' as v"
+        }
+
+    def test_the_view_is_replaced_by_the_table(self, project, spark):
+        table = f"{project.test_schema}.was_view"
+        run_dbt(["run"])
+        _, log = run_dbt_and_capture(["run", "--vars", json.dumps({"m": "incremental"})])
+        assert "exists as a view" in log and "replaced by a Delta table" in log
+        assert "CREATE" in history(spark, table)[0].operation  # a Delta table, built anew
+        assert rows(spark, f"select id, v from {table}") == [(1, "x")]
+        run_dbt(["run", "--vars", json.dumps({"m": "incremental"})])  # now fenced
+        assert ours(history(spark, table)) != []
