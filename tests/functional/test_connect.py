@@ -10,12 +10,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import yaml
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from tests.functional.lakehouse import execute_spans, history, max_concurrent, rows
+from tests.functional.lakehouse import execute_spans, history, max_concurrent, ours, rows
 from tests.harness.servers import free_port
 
 pytestmark = pytest.mark.skip_profile(
@@ -127,3 +129,111 @@ class TestErrors:
             timeout=300,
         )
         return done.returncode, done.stdout + done.stderr
+
+
+# The watermark append: a re-run after a batch that committed must add nothing.
+WATERMARK = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged',
+          tblproperties={'delta.checkpointInterval': '1'}) }}
+select id from (select explode(sequence(1, {{ var('n', 3) }})) as id) s
+{% if is_incremental() %}
+where id > (select coalesce(max(id), 0) from {{ this }})
+{% endif %}
+"""
+
+
+class TestServerLostAfterTheCommit:
+    """The Connect server is killed after our commit landed and started again on its port:
+    the fence opens a new session, reads the log, and reports the commit (issue 26, 2b/2c).
+    Its own server: killing the run's shared one would take every later test's clients."""
+
+    @pytest.fixture(scope="class")
+    def own_server(self, tmp_path_factory, jars_cache):
+        from tests.conftest import TEST_CONF
+        from tests.harness import servers
+
+        server = servers.start(
+            "connect", str(tmp_path_factory.mktemp("lost")), jars_cache, extra_conf=TEST_CONF
+        )
+        yield server
+        server.stop()
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, own_server):
+        return own_server.profile()
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"events.sql": WATERMARK}
+
+    def fresh(self, project, own_server):
+        client = own_server.client()
+        table = f"{project.test_schema}.events"
+        client.sql(f"drop table if exists {table}")
+        run_dbt(["run", "--vars", json.dumps({"n": 3})])
+        return client, table
+
+    def test_killed_before_verification_the_commit_is_verified_on_a_new_session(
+        self, project, own_server, monkeypatch
+    ):
+        from dbt.adapters.fenced_spark.fence.protocol import Fence
+
+        client, table = self.fresh(project, own_server)
+        verify = Fence.verify
+        killed = []
+
+        def kill_then_verify(fence, state, conflict):
+            if not killed:  # the write statement has returned: its commit is in the log
+                killed.append(own_server.process.pid)
+                own_server.kill_and_restart()
+            return verify(fence, state, conflict)
+
+        monkeypatch.setattr(Fence, "verify", kill_then_verify)
+        results, output = run_dbt_and_capture(["run", "--vars", json.dumps({"n": 6})])
+
+        assert killed and own_server.process.pid != killed[0]  # the server really restarted
+        client = own_server.client()  # the old client's session went with the server
+        (write,) = ours(history(client, table))
+        assert "reading it again on a new connection" in output
+        assert f"read v{write.read_version} -> committed v{write.version}" in output
+        assert results.results[0].adapter_response["commit_version"] == write.version
+        assert rows(client, f"select id from {table} order by id") == [(i,) for i in range(1, 7)]
+
+    def test_killed_during_the_statement_after_its_commit_is_reported_committed(
+        self, project, own_server
+    ):
+        client, table = self.fresh(project, own_server)
+        location = client.sql(f"describe detail {table}").collect()[0]["location"]
+        log = os.path.join(location.removeprefix("file:"), "_delta_log")
+        landed = os.path.join(log, f"{1:020d}.json")  # the fenced append's commit
+        killed = []
+
+        def kill_once_it_lands():
+            # Delta writes N.json, then its post-commit work (a checkpoint after every
+            # commit here) before the statement answers: the kill falls in between.
+            deadline = time.monotonic() + 300
+            while not os.path.exists(landed) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if os.path.exists(landed):
+                killed.append(own_server.process.pid)
+                own_server.kill_and_restart()
+
+        watcher = threading.Thread(target=kill_once_it_lands)
+        watcher.start()
+        results, output = run_dbt_and_capture(
+            ["run", "--vars", json.dumps({"n": 6})], expect_pass=False
+        )
+        watcher.join()
+
+        assert killed and own_server.process.pid != killed[0]
+        client = own_server.client()
+        (write,) = ours(history(client, table))
+        assert write.version == 1
+        message = results.results[0].message
+        assert f"the write committed as v{write.version} (verified: based on v0)" in message
+        assert "then the statement failed" in message
+        assert f"committed as v{write.version}; it stands" in message
+        assert rows(client, f"select id from {table} order by id") == [(i,) for i in range(1, 7)]
+        # The plain re-run the message allows adds nothing: the batch is not applied twice.
+        run_dbt(["run", "--vars", json.dumps({"n": 6})])
+        assert rows(client, f"select id from {table} order by id") == [(i,) for i in range(1, 7)]

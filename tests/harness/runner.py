@@ -36,3 +36,6 @@ class SessionRunner:
     def session_conf(self, key: str) -> str | None:
         value = self.session.conf.get(key, None)
         return None if value is None else str(value)
+
+    def reconnect(self) -> None:
+        pass  # a bare session has nothing to open again: a test that loses it loses its runner

@@ -140,6 +140,9 @@ class SparkServer:
     log_path: str
     master: str
     clients: list[Any] = field(default_factory=list)
+    # How it was launched, so that it can be killed and launched again on the same port.
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -192,6 +195,19 @@ class SparkServer:
             with contextlib.suppress(Exception):
                 client.close()
         stop_process(self.process)
+
+    def kill_and_restart(self, timeout: float = 300) -> None:
+        """A crash (SIGKILL) and a start on the same port with the same metastore and
+        warehouse: every session the server had is gone, as after a driver restart."""
+        self.process.kill()
+        self.process.wait()
+        self.process = _launch(self.command, self.env, self.folder, self.log_path)
+        _wait_until_serving(self, timeout)
+
+
+def _launch(command: list[str], env: dict[str, str], folder: str, log_path: str):
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder)
 
 
 def stop_process(process: subprocess.Popen) -> None:
@@ -254,11 +270,10 @@ def start(
             "--hiveconf",
             "hive.server2.thrift.bind.host=127.0.0.1",
         ]
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder
-        )
-    server = SparkServer(kind, folder, port, ui_port, process, log_path, conf["spark.master"])
+    process = _launch(command, env, folder, log_path)
+    server = SparkServer(
+        kind, folder, port, ui_port, process, log_path, conf["spark.master"], [], command, env
+    )
     _wait_until_serving(server, timeout)
     return server
 

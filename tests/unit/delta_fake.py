@@ -5,6 +5,8 @@ Spark + Delta runs the same paths in tests/functional."""
 import re
 from collections.abc import Callable
 
+from dbt_common.exceptions import DbtRuntimeError
+
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA
 
@@ -19,6 +21,11 @@ class FakeTable:
         # Called with the next statement right before it takes its snapshot: a foreign
         # writer's slot (it may also raise, as a refused commit does).
         self.before: Callable[[str], None] = lambda sql: None
+        # A lost session (a Connect server restarted): every statement fails until the runner
+        # reconnects, which works only while the server is back.
+        self.lost = False
+        self.server_back = True
+        self.reconnects = 0
 
     @property
     def latest(self) -> int:
@@ -35,7 +42,18 @@ class FakeTable:
     def foreign(self, row: str) -> None:
         self.commit("WRITE", self.rows[-1] | {row}, self.latest)
 
+    def reachable(self) -> None:
+        if self.lost:
+            raise DbtRuntimeError("[NO_ACTIVE_SESSION] No active Spark session found")
+
+    def reconnect(self) -> None:
+        self.reconnects += 1
+        if not self.server_back:
+            raise DbtRuntimeError("Could not reach the Spark Connect server: UNAVAILABLE")
+        self.lost = False
+
     def execute(self, sql: str) -> None:
+        self.reachable()
         if sql.startswith("RESET "):
             self.conf.pop(sql.split()[1], None)
             return
@@ -55,17 +73,20 @@ class FakeTable:
         self.commit(operation, rows, read, self.conf.get(USER_METADATA), parameters)
 
     def history(self, table: str, limit: int) -> list[Commit]:
+        self.reachable()
         return self.commits[-limit:]
 
     # The conflict analysis's reads: every commit here added a data file, and every probe of
     # the rows a commit changed finds one, so any foreign commit conflicts (OPTIMIZE aside).
     def location(self, table: str) -> str:
+        self.reachable()
         return "/fake/t"
 
     def session_conf(self, key: str) -> str | None:
         return self.conf.get(key)
 
     def fetch(self, sql: str) -> list[tuple[str, str]]:
+        self.reachable()
         versions = [int(v) for v in re.findall(r"(\d{20})\.json", sql)]
         rows = []
         for version in versions:
@@ -76,4 +97,5 @@ class FakeTable:
         return rows
 
     def any_row(self, sql: str) -> bool:
+        self.reachable()
         return True

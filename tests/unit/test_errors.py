@@ -179,6 +179,9 @@ class ChangedAfterWrite:
     def session_conf(self, key):
         return None
 
+    def reconnect(self):
+        pass  # the table stays gone on a new session too
+
 
 def unverified(strategy: str, after) -> str:
     from dbt.adapters.fenced_spark.fence.errors import FenceUnverified

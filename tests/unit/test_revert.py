@@ -334,3 +334,75 @@ def test_a_write_that_failed_without_a_commit_keeps_its_own_error():
     with pytest.raises(DbtRuntimeError, match="DELTA_DUPLICATE_SOURCE_ROWS"):
         fence(table).write(state(), "merge into t")
     assert [c.operation for c in table.commits] == ["CREATE TABLE"]
+
+
+class LosesItsSession(FakeTable):
+    """A Connect server restarted while our write ran: `after_commit` says whether the
+    statement still answered (killed before verification) or failed (killed right after the
+    commit); either way the old session is gone."""
+
+    def __init__(self, statement_fails: bool, lose_on: str = "merge") -> None:
+        super().__init__()
+        self.statement_fails = statement_fails
+        self.lose_on = lose_on
+
+    def execute(self, sql: str) -> None:
+        super().execute(sql)
+        if sql.lower().startswith(self.lose_on):
+            self.lost = True
+            if self.statement_fails:
+                raise DbtRuntimeError("UNAVAILABLE: Connection reset by peer")
+
+
+def test_a_session_lost_after_the_commit_is_opened_again_and_the_commit_reported():
+    from dbt.adapters.fenced_spark.fence.errors import FenceCommittedThenFailed
+
+    table = LosesItsSession(statement_fails=True)
+    with pytest.raises(FenceCommittedThenFailed) as raised:
+        fence(table).write(state(), "merge into t")
+    assert table.reconnects == 1
+    assert "committed as v1; it stands" in raised.value.msg
+    assert "UNAVAILABLE" in raised.value.msg
+    assert [c.operation for c in table.commits] == ["CREATE TABLE", "MERGE"]
+
+
+def test_a_session_lost_before_verification_is_opened_again_and_the_write_verified():
+    table = LosesItsSession(statement_fails=False)
+    result = fence(table).write(state(), "merge into t")
+    assert table.reconnects == 1
+    assert (result.outcome, result.commit_version, result.read_version) == (
+        Outcome.COMMITTED,
+        1,
+        0,
+    )
+
+
+def test_a_server_that_does_not_come_back_leaves_the_outcome_unknown_naming_the_tag():
+    from dbt.adapters.fenced_spark.fence.errors import FenceUnverified
+
+    for statement_fails in (True, False):
+        table = LosesItsSession(statement_fails=statement_fails)
+        table.server_back = False
+        with pytest.raises(FenceUnverified) as raised:
+            fence(table).write(state(), "merge into t")
+        text = raised.value.msg
+        assert table.reconnects == 1
+        assert 'invocation_id "inv", node "model.p.t", attempt 1 and step "write"' in text
+        assert "If there is none, nothing was written" in text  # only if there is none
+        finished = "the write statement finished, but reading the table's history"
+        failed = "the write statement failed after it was sent, perhaps after its commit"
+        assert (finished in text) == (not statement_fails)
+        assert (failed in text) == statement_fails
+        assert ("the statement's failure: UNAVAILABLE" in text) == statement_fails
+
+
+def test_a_verdict_that_sent_a_restore_is_not_read_again_on_a_new_session():
+    from dbt.adapters.fenced_spark.fence.errors import FenceUnverified
+
+    table = LosesItsSession(statement_fails=False, lose_on="restore")
+    table.before = lambda sql: table.foreign("theirs")  # a conflict: our write is reverted
+    with pytest.raises(FenceUnverified):
+        fence(table).write(state(), "merge into t")
+    # One RESTORE: a second verdict would not know the first one's RESTORE was ours.
+    assert [c.operation for c in table.commits] == ["CREATE TABLE", "WRITE", "MERGE", "RESTORE"]
+    assert table.reconnects == 0

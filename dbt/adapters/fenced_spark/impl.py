@@ -7,7 +7,7 @@ from typing import Any
 
 from dbt.adapters.base import available
 from dbt.adapters.base.impl import AdapterTrackingRelationInfo
-from dbt.adapters.contracts.connection import AdapterResponse
+from dbt.adapters.contracts.connection import AdapterResponse, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.connections import SparkConnectionMethod
@@ -111,6 +111,18 @@ class FenceSql:
         rows = self.fetch(f"SET {key}")
         value = rows[0][1] if rows else None
         return None if value in (None, "<undefined>") else str(value)
+
+    def reconnect(self) -> None:
+        # The embedded session lives as long as the process; a Connect session or a Thrift
+        # connection is opened anew (the run's hook statements are replayed into it).
+        connection = self.connections.get_thread_connection()
+        handle = getattr(connection.handle, "handle", None)
+        if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
+            return
+        with suppress(Exception):  # the old one is gone; closing it is best effort
+            connection.handle.close()
+        connection.state = ConnectionState.INIT
+        self.connections.open(connection)
 
     def location(self, table: str) -> str:
         names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")

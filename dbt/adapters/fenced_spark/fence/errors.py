@@ -246,15 +246,22 @@ class FenceUnverified(DbtRuntimeError):
         expected: str,
         tag: str,
         error: BaseException,
+        statement: BaseException | None = None,
     ) -> None:
+        sent = (
+            "the write statement finished"
+            if statement is None
+            else "the write statement failed after it was sent, perhaps after its commit"
+        )
         super().__init__(
             "\n".join(
                 [
-                    f"Fenced {strategy} into {table}: the write statement finished, but reading "
+                    f"Fenced {strategy} into {table}: {sent}, but reading "
                     f"the table's history to verify it failed, so this run cannot tell whether "
                     f"its write is in the table or whether it was based on version "
                     f"{read_version}.",
                     f"  read version (vB): {read_version}",
+                    *([f"  the statement's failure: {reason(statement)}"] if statement else []),
                     f"  verification failed: {reason(error)}",
                     f"  this run's commit, if any: the one in `DESCRIBE HISTORY {table}` whose "
                     f"userMetadata has {tag}.",

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -20,6 +20,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     FenceReport,
     FenceUnverified,
     FenceViolation,
+    reason,
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, SqlHistory
 from dbt.adapters.fenced_spark.fence.state import (
@@ -57,6 +58,8 @@ BACKOFF_MAX_TURNS = 16
 
 logger = AdapterLogger("FencedSpark")
 
+T = TypeVar("T")
+
 
 def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
     """Exponential backoff with full jitter, counted in turns: losers only stop colliding once
@@ -85,6 +88,8 @@ class Fence:
         self.clock = clock
         self.rng = rng
         self._checks: dict[tuple[str, int, str], ConflictCheck] = {}
+        # Tagged statements sent (RESTOREs among them): a verdict that sent one is not redone.
+        self._sent = 0
 
     def run(
         self,
@@ -179,6 +184,7 @@ class Fence:
         strict = state.strict if strict is None else strict
         user = self._user_metadata()
         tag = replace(state.tag(step), user_metadata=user)
+        self._sent += 1
         self.runner.execute(set_conf_sql(USER_METADATA, tag.to_json()))
         if strict:
             self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
@@ -228,6 +234,7 @@ class Fence:
         # Checked right before the statement (the tag then names what it tolerated): the gap
         # to the write's own snapshot is all that verification and revert still have to cover.
         state = self.precheck(state)
+        finished = False
         try:
             with self.tagged(state, "write"), self.single_attempt():
                 try:
@@ -236,36 +243,60 @@ class Fence:
                     if conflict_name(exc) is None:
                         raise
                     conflict = exc
+                finished = True
         except Exception as failed:
-            # The statement may have committed before it failed (a post-commit hook, a
-            # connection lost after the commit): the log says which, never the exception.
-            self.after_failed_write(state, failed)
-        try:
-            return self.verify(state, conflict)
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            # Anything else here would read as the write's own error ("nothing was written"),
-            # which may be false: the statement finished.
-            raise self.unverified(state, exc) from exc
+            if not finished:
+                # The statement may have committed before it failed (a post-commit hook, a
+                # connection lost after the commit): the log says which, never the exception.
+                self.after_failed_write(state, failed)
+            # The statement finished and resetting the tag's confs failed: a lost session,
+            # which from_the_log opens again (a new session carries none of them).
+        # Anything but a verdict here would read as the write's own error ("nothing was
+        # written"), which may be false: the statement finished.
+        return self.from_the_log(state, lambda: self.verify(state, conflict))
 
     def after_failed_write(self, state: FenceState, failed: Exception) -> NoReturn:
-        try:
-            mine = self.ours(state, self.commits_since(state.table, state.read_version), "write")
-        except Exception as exc:
-            raise self.unverified(state, exc) from failed
-        if not mine:
+        def outcome() -> FenceResult | None:
+            commits = self.commits_since(state.table, state.read_version)
+            if not self.ours(state, commits, "write"):
+                return None
+            return self.verify(state, None)
+
+        result = self.from_the_log(state, outcome, failed)
+        if result is None:
             raise failed  # nothing of ours in the log: the write's own error, nothing written
-        try:
-            result = self.verify(state, None)
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            raise self.unverified(state, exc) from exc
         assert result.commit_version is not None  # ours is in the log
         raise FenceCommittedThenFailed(
             state.strategy, state.display, result.commit_version, result.read_version, failed
         )
+
+    def from_the_log(
+        self, state: FenceState, verdict: Callable[[], T], failed: BaseException | None = None
+    ) -> T:
+        """The write's verdict, read from the log. A session or server lost after the write
+        (a Connect server restarted) is opened again once and the verdict read anew, unless
+        it had sent a statement (a RESTORE); if the log still cannot be read, the outcome is
+        unknown (E211), never "nothing was written"."""
+        sent = self._sent
+        try:
+            return verdict()
+        except FenceViolation:
+            raise
+        except Exception as exc:
+            if self._sent != sent:
+                raise self.unverified(state, exc, failed) from (failed or exc)
+            first = exc
+        logger.info(
+            f"fenced {state.strategy} into {state.display}: the log could not be read after "
+            f"the write ({reason(first)}); reading it again on a new connection"
+        )
+        try:
+            self.runner.reconnect()
+            return verdict()
+        except FenceViolation:
+            raise
+        except Exception as exc:
+            raise self.unverified(state, exc, failed) from (failed or first)
 
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
@@ -293,8 +324,10 @@ class Fence:
         return verify.verify(self, state, conflict)
 
     @staticmethod
-    def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
-        return verify.unverified(state, error)
+    def unverified(
+        state: FenceState, error: BaseException, statement: BaseException | None = None
+    ) -> FenceUnverified:
+        return verify.unverified(state, error, statement)
 
     def refuse(self, state: FenceState, cause: str, our_write: Commit | None = None) -> NoReturn:
         revert.refuse(self, state, cause, our_write)

@@ -54,6 +54,9 @@ class SqlRunner(Protocol):
 
     def session_conf(self, key: str) -> str | None: ...
 
+    # A lost session or server: open the connection again, to read the log; nothing is re-sent.
+    def reconnect(self) -> None: ...
+
 
 # fence_isolation: 'snapshot' refuses conflicts (the default); 'version' any commit after vB.
 SNAPSHOT, VERSION = "snapshot", "version"

@@ -140,7 +140,9 @@ def _unjudged(fence: "Fence", state: FenceState, commits: list[Commit]) -> list[
     return [c for c in fence.foreign(state, commits) if c.version not in known]
 
 
-def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
+def unverified(
+    state: FenceState, error: BaseException, statement: BaseException | None = None
+) -> FenceUnverified:
     if state.strict:
         expected = (
             f"it directly follows version {state.expected_version} or commits above it "
@@ -159,6 +161,7 @@ def unverified(state: FenceState, error: BaseException) -> FenceUnverified:
         f'invocation_id "{tag.invocation_id}", node "{tag.node}", attempt {tag.attempt} '
         f'and step "write"',
         error,
+        statement,
     )
 
 
