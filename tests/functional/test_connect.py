@@ -134,7 +134,8 @@ class TestErrors:
 # The watermark append: a re-run after a batch that committed must add nothing.
 WATERMARK = """
 {{ config(materialized='incremental', incremental_strategy='append_if_unchanged',
-          tblproperties={'delta.checkpointInterval': '1'}) }}
+          tblproperties={'delta.checkpointInterval': '1',
+                         'delta.compatibility.symlinkFormatManifest.enabled': 'true'}) }}
 select id from (select explode(sequence(1, {{ var('n', 3) }})) as id) s
 {% if is_incremental() %}
 where id > (select coalesce(max(id), 0) from {{ this }})
@@ -210,7 +211,8 @@ class TestServerLostAfterTheCommit:
 
         def kill_once_it_lands():
             # Delta writes N.json, then its post-commit work (a checkpoint after every
-            # commit here) before the statement answers: the kill falls in between.
+            # commit and a symlink manifest here, each a Spark job) before the statement
+            # answers: the kill falls in between.
             deadline = time.monotonic() + 300
             while not os.path.exists(landed) and time.monotonic() < deadline:
                 time.sleep(0.005)
