@@ -196,3 +196,49 @@ class TestViewBecomesIncremental:
         assert rows(spark, f"select id, v from {table}") == [(1, "x")]
         run_dbt(["run", "--vars", json.dumps({"m": "incremental"})])  # now fenced
         assert ours(history(spark, table)) != []
+
+
+# Hooks as users write them: a data statement behind nested comments runs once; a session
+# statement inside EXECUTE IMMEDIATE reaches the models; a temp view over a table a model drops
+# fails no model that does not use it.
+HOOKS_AS_WRITTEN = {
+    "models": {"+file_format": "delta"},
+    "on-run-start": [
+        "create table if not exists {{ target.schema }}.run_log (id int) using delta",
+        "/* run log /* v2 */ use: one row per run */ "
+        "insert into {{ target.schema }}.run_log select 1",
+        "execute immediate 'SET spark.sql.session.timeZone = America/Los_Angeles'",
+        "create or replace temporary view legacy as select * from {{ target.schema }}.legacy_src",
+    ],
+    "on-run-end": ["reset spark.sql.session.timeZone", "drop view if exists legacy"],
+}
+MIGRATE = """
+{{ config(materialized='table',
+          post_hook="drop table if exists " ~ this.schema ~ ".legacy_src") }}
+select id from legacy
+"""
+AFTER_MIGRATE = """
+-- depends_on: {{ ref('migrate') }}
+{{ config(materialized='table') }}
+select current_timezone() as tz
+"""
+
+
+class TestHookStatementsAsWritten:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"migrate.sql": MIGRATE, "after_migrate.sql": AFTER_MIGRATE}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return HOOKS_AS_WRITTEN
+
+    def test_data_runs_once_session_statements_reach_every_model(self, project, spark):
+        s = project.test_schema
+        spark.sql(f"create table {s}.legacy_src using delta as select 1 as id")
+        _, log = run_dbt_and_capture(["run"])
+        assert rows(spark, f"select count(*) from {s}.run_log") == [(1,)]
+        assert rows(spark, f"select id from {s}.migrate") == [(1,)]
+        assert rows(spark, f"select tz from {s}.after_migrate") == [("America/Los_Angeles",)]
+        # after_migrate's session replayed the temp view after migrate dropped its table.
+        assert "could not be replayed into this model's session" in log

@@ -26,6 +26,13 @@ COMMENT = '/* {"app": "dbt", "node_id": "master"} */\n'
         "create temporary function f as 'com.x.F'",
         "-- a hook\ncreate or replace temp view v as select 1",
         COMMENT + "set spark.sql.ansi.enabled=false",
+        # Spark nests block comments: the statement starts after the outer one closes.
+        "/* tz /* was UTC */ now Tokyo */ set spark.sql.session.timeZone = Asia/Tokyo",
+        "SET CATALOG spark_catalog",
+        "CREATE TEMPORARY TABLE tmp_sink USING delta OPTIONS (path '/x')",
+        "EXECUTE IMMEDIATE 'SET spark.sql.session.timeZone = America/Los_Angeles'",
+        "execute immediate 'DECLARE OR REPLACE VARIABLE v INT DEFAULT 42'",
+        'execute immediate "create temp view v as select \\"a\\" as s"',
     ],
 )
 def test_session_statements_are_recognised(sql):
@@ -43,6 +50,11 @@ def test_session_statements_are_recognised(sql):
         "drop view v",  # not a temp view of the run
         "select 'set a=b'",
         COMMENT + "create schema if not exists s",
+        # An INSERT behind a nested comment that holds `use`: replayed, it would run again.
+        "/* run log /* v2 */ use: one row per run */ insert into s.run_log select 1",
+        "/* an unclosed /* comment */ set a=1",
+        "execute immediate 'insert into t values (1)'",
+        "execute immediate stmt",  # a statement in a variable cannot be read
     ],
 )
 def test_everything_else_is_not(sql):

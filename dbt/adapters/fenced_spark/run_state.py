@@ -17,22 +17,27 @@ from dbt.adapters.events.logging import AdapterLogger
 
 logger = AdapterLogger("FencedSpark")
 
-# dbt's query comment, and the user's own, come before the statement.
-_LEADING_COMMENTS = re.compile(r"^(\s*(/\*.*?\*/|--[^\n]*(\n|$)))*\s*", re.S)
 # Statements that change a session, not data. `SET key` alone reads a conf; `SET -v` lists them.
 _SESSION = re.compile(
-    r"(SET\s+(TIME\s+ZONE\b|VAR(IABLE)?\b|[^=;]+=)"
+    r"(SET\s+(TIME\s+ZONE\b|VAR(IABLE)?\b|CATALOG\b|[^=;]+=)"
     r"|RESET\b|USE\b|DECLARE\b"
-    r"|CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+(VIEW|FUNCTION|MACRO)\b"
+    r"|CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+(VIEW|TABLE|FUNCTION|MACRO)\b"
     r"|DROP\s+TEMP(ORARY)?\s+(FUNCTION|VARIABLE|MACRO)\b|DROP\s+VARIABLE\b)",
     re.I,
 )
 _NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
+# A temporary table (`CREATE TEMPORARY TABLE t USING delta OPTIONS (...)`) is a temp view too.
 _TEMP_VIEW = re.compile(
-    r"CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+VIEW\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME, re.I
+    r"CREATE\s+(OR\s+REPLACE\s+)?TEMP(ORARY)?\s+(?:VIEW|TABLE)\s+(IF\s+NOT\s+EXISTS\s+)?" + _NAME,
+    re.I,
 )
 # A DROP or ALTER of one of the run's temp views changes the session; of any other view, data.
-_OF_VIEW = re.compile(r"(DROP\s+VIEW\s+(IF\s+EXISTS\s+)?|ALTER\s+VIEW\s+)" + _NAME, re.I)
+_OF_VIEW = re.compile(r"(DROP\s+(?:VIEW|TABLE)\s+(IF\s+EXISTS\s+)?|ALTER\s+VIEW\s+)" + _NAME, re.I)
+# `EXECUTE IMMEDIATE '<statement>'` is judged by the statement in its literal; one held in a
+# variable cannot be read here, and is not replayed.
+_EXECUTE = re.compile(
+    r"EXECUTE\s+IMMEDIATE\s+(?:'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\")", re.I | re.S
+)
 # The applied count rides on the handle, which lives exactly as long as its session.
 _APPLIED = "_fenced_run_state_applied"
 
@@ -49,11 +54,14 @@ class RunState:
         self._lock = threading.Lock()
 
     def session_statement(self, sql: str) -> bool:
-        return self._changes_session(_LEADING_COMMENTS.sub("", sql, count=1))
+        return self._changes_session(without_leading_comments(sql))
 
     def _changes_session(self, body: str) -> bool:
         if _SESSION.match(body):
             return True
+        if execute := _EXECUTE.match(body):
+            inner = execute.group(1) if execute.group(1) is not None else execute.group(2)
+            return self._changes_session(without_leading_comments(_unescaped(inner)))
         view = _OF_VIEW.match(body)
         return view is not None and _name(view.group(3)) in self._temp_views
 
@@ -61,7 +69,7 @@ class RunState:
         """After `sql` succeeded on `connection`."""
         if not is_run_connection(connection.name):
             return
-        body = _LEADING_COMMENTS.sub("", sql, count=1)
+        body = without_leading_comments(sql)
         if not self._changes_session(body):
             return
         view = _TEMP_VIEW.match(body)
@@ -88,6 +96,37 @@ class RunState:
         for done, sql in enumerate(statements[applied:], start=applied + 1):
             run(sql)
             setattr(handle, _APPLIED, done)
+
+
+def without_leading_comments(sql: str) -> str:
+    """`sql` from its first token on: dbt's query comment and the user's own come first, and
+    Spark nests block comments (`/* a /* b */ c */`). An unclosed comment leaves nothing."""
+    i, n = 0, len(sql)
+    while True:
+        while i < n and sql[i].isspace():
+            i += 1
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            depth = 0
+            while i < n:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                    if depth == 0:
+                        break
+                else:
+                    i += 1
+            if depth:
+                return ""
+        else:
+            return sql[i:]
+
+
+def _unescaped(literal: str) -> str:
+    return re.sub(r"\\(.)", r"\1", literal, flags=re.S)
 
 
 def _name(quoted: str) -> str:
