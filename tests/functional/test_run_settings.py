@@ -9,7 +9,7 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from tests.conftest import StockSparkProfile
-from tests.functional.lakehouse import history, ours, rows
+from tests.functional.lakehouse import ForeignAt, history, ours, rows
 
 ON_RUN_START = [
     "set spark.sql.session.timeZone = Asia/Tokyo",
@@ -242,3 +242,46 @@ class TestHookStatementsAsWritten:
         assert rows(spark, f"select tz from {s}.after_migrate") == [("America/Los_Angeles",)]
         # after_migrate's session replayed the temp view after migrate dropped its table.
         assert "could not be replayed into this model's session" in log
+
+
+# After the run's `USE`, the model reads its own table by its bare name: a self-read, fenced.
+BARE_SELF_READ = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+select id from range(0, {{ var('hi', 3) }})
+{% if is_incremental() %}
+where id > (select coalesce(max(id), -1) from bare_self)
+{% endif %}
+"""
+
+
+class TestBareSelfReadAfterUse:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"bare_self.sql": BARE_SELF_READ}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {
+            "models": {"+file_format": "delta"},
+            "on-run-start": ["use {{ target.schema }}"],
+            "on-run-end": ["use default"],
+        }
+
+    def test_a_commit_after_vb_refuses_the_append(self, project, spark, monkeypatch):
+        table = f"{project.test_schema}.bare_self"
+        run_dbt(["run"])
+        vb = history(spark, table)[-1].version
+        foreign = ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (100)")
+        results, log = run_dbt_and_capture(
+            ["run", "--vars", json.dumps({"hi": 5})], expect_pass=False
+        )
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert foreign.fired == 1 and [(e.operation, e.tag) for e in after] == [("WRITE", None)]
+        assert "running as append_if_unchanged (fenced)" in log
+        (model,) = [r for r in results.results if r.node.name == "bare_self"]
+        assert "never written" in model.message
+        # Unfenced, the append read max(id) = 100 at the latest version and dropped 3 and 4.
+        assert rows(spark, f"select id from {table} order by id") == [(0,), (1,), (2,), (100,)]
+        run_dbt(["run", "--vars", json.dumps({"hi": 103})])  # recomputed from 100
+        assert [e.version for e in ours(history(spark, table))] == [vb + 2]
+        assert rows(spark, f"select max(id), count(*) from {table}") == [(102, 6)]

@@ -342,3 +342,59 @@ def test_a_table_query_of_the_target_is_pinned_as_a_subquery():
         "select 1 except table s.other"
     )
     assert "(SELECT" not in pin_self_reads("insert into table s.t select 1", "s", "t", 7)
+
+
+# After a hook's `USE analytics`, a bare `orders` reads analytics.orders; a CTE of that name
+# is the CTE, and without the session's schema nothing bare is guessed.
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        ("select max(id) from orders", "select max(id) from orders VERSION AS OF 7"),
+        ("select * from `orders` o", "select * from `orders` VERSION AS OF 7 o"),
+        (
+            "with orders as (select 1 as id) select * from orders",
+            "with orders as (select 1 as id) select * from orders",
+        ),
+        (
+            "with o as (select * from orders) select * from o",
+            "with o as (select * from orders VERSION AS OF 7) select * from o",
+        ),
+        (
+            "select orders.id from analytics.orders",
+            "select orders.id from analytics.orders VERSION AS OF 7",
+        ),
+        ("select * from other.orders", "select * from other.orders"),
+    ],
+)
+def test_bare_names_in_the_current_schema_are_pinned(sql, expected):
+    assert pin_self_reads(sql, "analytics", "orders", 7, current_schema="analytics") == expected
+
+
+def test_bare_names_elsewhere_or_unknown_are_not_pinned():
+    sql = "select max(id) from orders"
+    assert pin_self_reads(sql, "analytics", "orders", 7, current_schema="default") == sql
+    assert pin_self_reads(sql, "analytics", "orders", 7) == sql
+
+
+def test_bare_names_are_not_guessed_when_sqlglot_cannot_parse(monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise rewriter.SqlglotError("forced")
+
+    sql = "select max(id) from orders"
+    monkeypatch.setattr(rewriter, "_reference_ends_parsed", refuse)
+    assert pin_self_reads(sql, "analytics", "orders", 7, current_schema="analytics") == sql
+
+
+def test_a_bare_write_after_use_is_a_write_of_the_target():
+    kind = rewriter.statement_kind
+    assert kind("delete from orders where id > 3", "analytics", "orders", None, "analytics") == (
+        rewriter.WRITE
+    )
+    assert kind("delete from orders where id > 3", "analytics", "orders") is None
+
+
+def test_names_bare():
+    assert rewriter.names_bare("select * from orders", "orders")
+    assert rewriter.names_bare("with orders as (select 1) select * from orders", "ORDERS")
+    assert not rewriter.names_bare("select * from analytics.orders", "orders")
+    assert not rewriter.names_bare("select orders.id from analytics.t orders_x", "orders")

@@ -54,7 +54,7 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     FenceState,
     conflict_name,
 )
-from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
+from dbt.adapters.fenced_spark.fence.rewriter import names_bare, pin_self_reads, reads_self
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 
 logger = AdapterLogger("FencedSpark")
@@ -123,6 +123,9 @@ class FenceSql:
             connection.handle.close()
         connection.state = ConnectionState.INIT
         self.connections.open(connection)
+
+    def current_schema(self) -> str:
+        return str(self.fetch("SELECT current_database()")[0][0])
 
     def location(self, table: str) -> str:
         names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
@@ -282,6 +285,7 @@ class FencedSparkAdapter(SparkAdapter):
         # ours, a post-hook's write is tagged. Everything else runs as dbt-spark runs it.
         txn = self._txn()
         self._location(sql)
+        self._current_schema(sql)
         action = txn.action(sql) if txn is not None else None
         if txn is None or action is None:
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
@@ -308,6 +312,19 @@ class FencedSparkAdapter(SparkAdapter):
             except (DbtRuntimeError, IndexError):
                 return None  # not a Delta table (yet): nothing to pin
         return txn.location
+
+    def _current_schema(self, sql: str) -> str | None:
+        """The session's current schema, looked up once per node and only for SQL that names
+        the node's table bare (after a hook's `USE` that reads it): it costs a statement."""
+        txn = self._txn()
+        if txn is None:
+            return None
+        if txn.current_schema is None and not txn.unfenced and names_bare(sql, txn.identifier):
+            try:
+                txn.current_schema = FenceSql(self.connections).current_schema()
+            except (DbtRuntimeError, IndexError):
+                return None
+        return txn.current_schema
 
     def _captured(self, txn: NodeTransaction) -> bool:
         """vB, at the node's first read of its target; False when it is not a Delta table
@@ -402,7 +419,11 @@ class FencedSparkAdapter(SparkAdapter):
     @available
     def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
         return self.fence_read_at_compile_time() or reads_self(
-            sql, str(relation.schema), str(relation.identifier), self._location(sql)
+            sql,
+            str(relation.schema),
+            str(relation.identifier),
+            self._location(sql),
+            self._current_schema(sql),
         )
 
     @available
@@ -428,6 +449,7 @@ class FencedSparkAdapter(SparkAdapter):
             str(relation.identifier),
             state.pinned,
             self._location(compiled_code),
+            self._current_schema(compiled_code),
         )
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
@@ -547,7 +569,9 @@ class FencedSparkAdapter(SparkAdapter):
         reads = [
             f
             for sql in [*txn.reads, compiled_code]
-            for f in read_filters(sql, txn.schema, txn.identifier, self._location(sql))
+            for f in read_filters(
+                sql, txn.schema, txn.identifier, self._location(sql), self._current_schema(sql)
+            )
         ]
         keys = scope.get("keys") or ()
         # A merge's incremental_predicates on its target narrow the rows its keys can touch.

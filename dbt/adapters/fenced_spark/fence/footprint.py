@@ -14,7 +14,12 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from dbt.adapters.fenced_spark.fence.rewriter import Target, _reference_ends_parsed, _tokens
+from dbt.adapters.fenced_spark.fence.rewriter import (
+    Target,
+    _reference_ends_parsed,
+    _tokens,
+    cte_names,
+)
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,14 @@ _ROW_FILTER_NODES = (
 
 
 def read_filters(
-    sql: str, schema: str, identifier: str, location: str | None = None
+    sql: str,
+    schema: str,
+    identifier: str,
+    location: str | None = None,
+    current_schema: str | None = None,
 ) -> list[ReadFilter]:
     """One filter per read of the target in `sql` (none when it does not read it)."""
-    target = Target(schema, identifier, location)
+    target = Target(schema, identifier, location, current_schema)
     try:
         expected = len(_reference_ends_parsed(sql, target))
         if any(t.token_type == TokenType.PIPE_GT for t in _tokens(sql)):
@@ -98,10 +107,13 @@ def _parsed_filters(sql: str, target: Target) -> list[ReadFilter]:
     for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(_tokens(sql), sql):
         if statement is None:
             continue
+        ctes = cte_names(statement)
         for table in statement.find_all(exp.Table):
             if table.args.get("version") is not None or table.find_ancestor(exp.Hint):
                 continue
             if not isinstance(table.this, exp.Identifier):
+                continue
+            if not table.db and table.name.lower() in ctes:
                 continue
             if not target.matches(table.catalog or None, table.db or None, table.name):
                 continue

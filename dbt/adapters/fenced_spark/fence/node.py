@@ -50,6 +50,9 @@ class NodeTransaction:
     # The table's location, for ``delta.`<location>` `` reads; looked up only for SQL that
     # has one (`names_a_path`), since it costs a statement.
     location: str | None = None
+    # The session's current schema, for SQL that names the table bare (after a hook's `USE`);
+    # looked up only for such SQL (`names_bare`), since it costs a statement.
+    current_schema: str | None = None
     # As configured, for what compile time commits or refuses; fence_begin has the last word.
     strategy: str = "unknown"
     # The model's fence_accept_unverified, as configured, for a check made at compile time.
@@ -60,7 +63,7 @@ class NodeTransaction:
     def action(self, sql: str) -> str | None:
         if self.unfenced or self.phase not in _ACTING:
             return None
-        kind = statement_kind(sql, self.schema, self.identifier, self.location)
+        kind = statement_kind(sql, self.schema, self.identifier, self.location, self.current_schema)
         if kind == READ and self.phase in (Phase.COMPILE, Phase.PRE_HOOK):
             return PIN
         if kind == WRITE and self.phase in (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE):
@@ -74,7 +77,14 @@ class NodeTransaction:
         if self.phase == Phase.COMPILE:
             self.compile_reads.append(sql)
         self.reads.append(sql)
-        return pin_self_reads(sql, self.schema, self.identifier, self.state.pinned, self.location)
+        return pin_self_reads(
+            sql,
+            self.schema,
+            self.identifier,
+            self.state.pinned,
+            self.location,
+            self.current_schema,
+        )
 
     def start(self, strategy: str, read_version: int) -> FenceState:
         self.state = FenceState(

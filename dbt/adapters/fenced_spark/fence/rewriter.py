@@ -32,8 +32,12 @@ class Target:
     schema: str
     identifier: str
     location: str | None = None
+    # The session's current schema (after a `USE`): an unqualified name is read in it.
+    current_schema: str | None = None
 
     def matches(self, catalog: str | None, schema: str | None, name: str) -> bool:
+        if schema is None:
+            schema = self.current_schema
         if (catalog and catalog.lower() != SESSION_CATALOG) or schema is None:
             return False
         named = schema.lower() == self.schema.lower() and name.lower() == self.identifier.lower()
@@ -45,9 +49,10 @@ class Target:
         return named or at_location
 
     def matches_parts(self, names: Sequence[str]) -> bool:
-        if len(names) not in (2, 3):
+        if len(names) not in (1, 2, 3):
             return False
-        return self.matches(names[0] if len(names) == 3 else None, names[-2], names[-1])
+        schema = names[-2] if len(names) > 1 else None
+        return self.matches(names[0] if len(names) == 3 else None, schema, names[-1])
 
 
 def _same_location(path: str, location: str) -> bool:
@@ -64,10 +69,16 @@ def _normalized_location(path: str) -> str:
 
 
 def pin_self_reads(
-    sql: str, schema: str, identifier: str, version: int, location: str | None = None
+    sql: str,
+    schema: str,
+    identifier: str,
+    version: int,
+    location: str | None = None,
+    current_schema: str | None = None,
 ) -> str:
-    """Return `sql` with each read of `schema.identifier` (or of its `location`) pinned."""
-    target = Target(schema, identifier, location)
+    """Return `sql` with each read of `schema.identifier` (or of its `location`, or of the
+    bare name when `current_schema` is its schema) pinned."""
+    target = Target(schema, identifier, location, current_schema)
     try:
         refs = _reference_ends_parsed(sql, target)
     except SqlglotError:
@@ -102,8 +113,38 @@ class Ref(NamedTuple):
     table_query: tuple[int, int] | None = None
 
 
-def reads_self(sql: str, schema: str, identifier: str, location: str | None = None) -> bool:
-    return pin_self_reads(sql, schema, identifier, 0, location) != sql
+def reads_self(
+    sql: str,
+    schema: str,
+    identifier: str,
+    location: str | None = None,
+    current_schema: str | None = None,
+) -> bool:
+    return pin_self_reads(sql, schema, identifier, 0, location, current_schema) != sql
+
+
+def names_bare(sql: str, identifier: str) -> bool:
+    """Whether `sql` has `identifier` as a name of its own (not after or before a dot): only
+    then does the session's current schema matter."""
+    try:
+        tokens = _tokens(sql)
+    except SqlglotError:
+        return False
+    for i, token in enumerate(tokens):
+        if token.token_type not in _NAME_TYPES or token.text.lower() != identifier.lower():
+            continue
+        dotted = (i > 0 and tokens[i - 1].token_type == TokenType.DOT) or (
+            i + 1 < len(tokens) and tokens[i + 1].token_type == TokenType.DOT
+        )
+        if not dotted:
+            return True
+    return False
+
+
+def cte_names(statement: exp.Expr) -> set[str]:
+    """The names a WITH clause of the statement defines: a bare name among them reads the
+    CTE (taken so for any scope: a miss leaves a read unpinned, never a CTE pinned)."""
+    return {cte.alias_or_name.lower() for cte in statement.find_all(exp.CTE)}
 
 
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -155,16 +196,18 @@ def _reference_ends_parsed(sql: str, target: Target) -> list[Ref]:
                 continue  # the user time-travels on purpose
             if table.find_ancestor(exp.Hint) is not None:
                 continue  # a hint names a table, it does not read one; its offsets are its own
-            end = _parsed_reference_end(sql, tokens, table, target)
+            end = _parsed_reference_end(sql, tokens, table, target, cte_names(statement))
             if end is not None:
                 ends.append(end)
     return ends
 
 
 def _parsed_reference_end(
-    sql: str, tokens: Sequence[Token], table: exp.Table, target: Target
+    sql: str, tokens: Sequence[Token], table: exp.Table, target: Target, ctes: set[str]
 ) -> Ref | None:
     if isinstance(table.this, exp.Identifier):
+        if not table.db and table.name.lower() in ctes:
+            return None
         if not target.matches(table.catalog or None, table.db or None, table.name):
             return None
         return Ref(_identifier_end(sql, table.this))
@@ -172,7 +215,9 @@ def _parsed_reference_end(
     if literal is None or table.args.get("db") or table.args.get("catalog"):
         return None  # a table function, not a table
     names = _identifier_string_parts(literal.this)
-    if names is None or not target.matches_parts(names):
+    if names is None or (len(names) == 1 and names[0].lower() in ctes):
+        return None
+    if not target.matches_parts(names):
         return None
     start, end = _clause_span(tokens, literal)
     return Ref(end, (start, tuple(names)))
@@ -223,8 +268,8 @@ def _reference_ends_tokenized(sql: str, target: Target) -> list[Ref]:
         if parts is None:
             continue
         names, last = parts
-        if not target.matches_parts(names):
-            continue
+        if len(names) == 1 or not target.matches_parts(names):
+            continue  # unparsed, a bare name may be a CTE's: left as written
         nxt = tokens[last + 1] if last + 1 < len(tokens) else None
         if nxt is not None and nxt.token_type in _NOT_A_TABLE_AFTER:
             continue  # `schema.t.col` is a column, `schema.t(...)` a function
@@ -354,7 +399,11 @@ _FILLERS = {"EXISTS", "FROM", "IF", "INTO", "NOT", "ON", "OR", "OVERWRITE", "REP
 
 
 def statement_kind(
-    sql: str, schema: str, identifier: str, location: str | None = None
+    sql: str,
+    schema: str,
+    identifier: str,
+    location: str | None = None,
+    current_schema: str | None = None,
 ) -> str | None:
     """WRITE when `sql` changes the target; READ when it is a query, or a write of another
     table, that reads the target; None otherwise (DESCRIBE, SHOW, SET, other tables)."""
@@ -365,14 +414,14 @@ def statement_kind(
     if not tokens:
         return None
     verb = tokens[0].text.upper()
-    target = Target(schema, identifier, location)
+    target = Target(schema, identifier, location, current_schema)
     if verb in _WRITE_VERBS:
         written = _written_name(tokens)
         if written is not None and target.matches_parts(written):
             return WRITE
     elif tokens[0].token_type not in _QUERY_STARTS:
         return None
-    return READ if reads_self(sql, schema, identifier, location) else None
+    return READ if reads_self(sql, schema, identifier, location, current_schema) else None
 
 
 def _written_name(tokens: Sequence[Token]) -> list[str] | None:
