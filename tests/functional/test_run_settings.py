@@ -209,18 +209,21 @@ HOOKS_AS_WRITTEN = {
         "insert into {{ target.schema }}.run_log select 1",
         "execute immediate 'SET spark.sql.session.timeZone = America/Los_Angeles'",
         "create or replace temporary view legacy as select * from {{ target.schema }}.legacy_src",
+        # README's way to one value for the run: rendered once, replayed as a literal.
+        "declare or replace variable run_started timestamp "
+        "default timestamp '{{ run_started_at }}'",
     ],
     "on-run-end": ["reset spark.sql.session.timeZone", "drop view if exists legacy"],
 }
 MIGRATE = """
 {{ config(materialized='table',
           post_hook="drop table if exists " ~ this.schema ~ ".legacy_src") }}
-select id from legacy
+select id, run_started from legacy
 """
 AFTER_MIGRATE = """
 -- depends_on: {{ ref('migrate') }}
 {{ config(materialized='table') }}
-select current_timezone() as tz
+select current_timezone() as tz, run_started
 """
 
 
@@ -239,6 +242,9 @@ class TestHookStatementsAsWritten:
         _, log = run_dbt_and_capture(["run"])
         assert rows(spark, f"select count(*) from {s}.run_log") == [(1,)]
         assert rows(spark, f"select id from {s}.migrate") == [(1,)]
+        started = rows(spark, f"select run_started from {s}.migrate")
+        assert started[0][0] is not None
+        assert rows(spark, f"select run_started from {s}.after_migrate") == started
         assert rows(spark, f"select tz from {s}.after_migrate") == [("America/Los_Angeles",)]
         # after_migrate's session replayed the temp view after migrate dropped its table.
         assert "could not be replayed into this model's session" in log
