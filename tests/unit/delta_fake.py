@@ -51,6 +51,7 @@ class FakeTable:
         if not self.server_back:
             raise DbtRuntimeError("Could not reach the Spark Connect server: UNAVAILABLE")
         self.lost = False
+        self.conf = {}  # a new session has none of the old one's confs
 
     def execute(self, sql: str) -> None:
         self.reachable()

@@ -386,7 +386,9 @@ def test_a_server_that_does_not_come_back_leaves_the_outcome_unknown_naming_the_
         with pytest.raises(FenceUnverified) as raised:
             fence(table).write(state(), "merge into t")
         text = raised.value.msg
-        assert table.reconnects == 1
+        # A statement that finished but whose RESETs failed reconnects first, so that no
+        # later statement carries our tag; reading the verdict tries once more.
+        assert table.reconnects == (1 if statement_fails else 2)
         assert 'invocation_id "inv", node "model.p.t", attempt 1 and step "write"' in text
         assert "If there is none, nothing was written" in text  # only if there is none
         finished = "the write statement finished, but reading the table's history"
@@ -406,3 +408,16 @@ def test_a_verdict_that_sent_a_restore_is_not_read_again_on_a_new_session():
     # One RESTORE: a second verdict would not know the first one's RESTORE was ours.
     assert [c.operation for c in table.commits] == ["CREATE TABLE", "WRITE", "MERGE", "RESTORE"]
     assert table.reconnects == 0
+
+
+def test_a_reset_that_fails_after_the_write_leaves_no_tag_on_the_connection():
+    class ResetFails(FakeTable):
+        def execute(self, sql: str) -> None:
+            if sql.startswith("RESET ") and not self.reconnects:
+                raise DbtRuntimeError("RESET failed")
+            super().execute(sql)
+
+    table = ResetFails()
+    result = fence(table).write(state(), "merge into t")
+    assert (result.outcome, result.commit_version) == (Outcome.COMMITTED, 1)
+    assert table.reconnects == 1 and table.conf == {}  # a later statement takes no tag of ours

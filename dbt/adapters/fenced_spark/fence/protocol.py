@@ -249,8 +249,10 @@ class Fence:
                 # The statement may have committed before it failed (a post-commit hook, a
                 # connection lost after the commit): the log says which, never the exception.
                 self.after_failed_write(state, failed)
-            # The statement finished and resetting the tag's confs failed: a lost session,
-            # which from_the_log opens again (a new session carries none of them).
+            # The statement finished and resetting the tag's confs failed (a lost session): a
+            # new session carries none of them, so no later statement can take our tag.
+            with suppress(Exception):  # from_the_log says what stands, and tries once more
+                self.runner.reconnect()
         # Anything but a verdict here would read as the write's own error ("nothing was
         # written"), which may be false: the statement finished.
         return self.from_the_log(state, lambda: self.verify(state, conflict))
