@@ -191,12 +191,13 @@ def _reference_ends_parsed(sql: str, target: Target) -> list[Ref]:
     for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(tokens, sql):
         if statement is None:
             continue
+        ctes = cte_names(statement)
         for table in statement.find_all(exp.Table):
             if table.args.get("version") is not None:
                 continue  # the user time-travels on purpose
             if table.find_ancestor(exp.Hint) is not None:
                 continue  # a hint names a table, it does not read one; its offsets are its own
-            end = _parsed_reference_end(sql, tokens, table, target, cte_names(statement))
+            end = _parsed_reference_end(sql, tokens, table, target, ctes)
             if end is not None:
                 ends.append(end)
     return ends
