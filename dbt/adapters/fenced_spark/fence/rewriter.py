@@ -125,7 +125,10 @@ def reads_self(
 
 def names_bare(sql: str, identifier: str) -> bool:
     """Whether `sql` has `identifier` as a name of its own (not after or before a dot): only
-    then does the session's current schema matter."""
+    then does the session's current schema matter. Asked of every statement a fenced node
+    runs: SQL without the name at all is answered without tokenizing it."""
+    if identifier.lower() not in sql.lower():
+        return False
     try:
         tokens = _tokens(sql)
     except SqlglotError:
