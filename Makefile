@@ -49,7 +49,7 @@ endef
 # The fence tests that also run over a server in `make test` (one server per pytest run).
 THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_node_transaction.py \
 	tests/functional/test_merge_fence.py tests/functional/test_snapshot_processes.py \
-	tests/functional/test_run_settings.py
+	tests/functional/test_run_settings.py tests/functional/test_batch_id.py
 CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \

@@ -1,7 +1,8 @@
 """One `dbt run` of a fenced model in its own process, SIGKILLed inside a chosen fence step.
 
 It prints a `STEP <name>` line, flushed, as each fence step starts. On entering the step
-named by `kill_step`, a timer sends this process SIGKILL after `kill_ms`: the timer lives in
+named by `kill_step`, a timer sends this process SIGKILL after `kill_ms` (a negative
+`kill_ms` kills at once): the timer lives in
 the dying process because a parent reading pipes on a busy machine misses steps that last
 milliseconds (capture and verify read the log without a Spark job). `race` mode commits a
 foreign UPDATE right after the pre-check (from another session of this JVM), which sends the
@@ -31,6 +32,8 @@ def step(name: str) -> None:
     print(f"STEP {name}", flush=True)
     if name == KILL["step"]:
         KILL["step"] = ""
+        if KILL["seconds"] < 0:  # at once: the step itself never runs
+            os.kill(os.getpid(), signal.SIGKILL)
         timer = threading.Timer(KILL["seconds"], os.kill, (os.getpid(), signal.SIGKILL))
         timer.daemon = True
         timer.start()

@@ -38,6 +38,14 @@ class TestConfigErrors:
             "negative_retries.sql": model("incremental_strategy='append', fence_retries=-1"),
             "text_retries.sql": model("incremental_strategy='append', fence_retries='3'"),
             "unfenced_cas.sql": model("incremental_strategy='append_if_unchanged', fenced=false"),
+            "list_batch.sql": model("incremental_strategy='append', fence_batch_id=['a']"),
+            "blank_batch.sql": model("incremental_strategy='append', fence_batch_id=' '"),
+            "unfenced_batch.sql": model(
+                "incremental_strategy='append', fence_batch_id='a', fenced=false"
+            ),
+            "overwrite_batch.sql": model(
+                "incremental_strategy='insert_overwrite', fence_batch_id='a'"
+            ),
         }
 
     @pytest.mark.parametrize(
@@ -53,6 +61,10 @@ class TestConfigErrors:
             ("negative_retries", ["`fence_retries`", "-1"]),
             ("text_retries", ["`fence_retries`", '"3"']),
             ("unfenced_cas", ["append_if_unchanged", "exists only fenced", "`fenced`"]),
+            ("list_batch", ["`fence_batch_id`", '["a"]']),
+            ("blank_batch", ["`fence_batch_id`", "non-empty"]),
+            ("unfenced_batch", ["`fence_batch_id`", "`fenced` is false"]),
+            ("overwrite_batch", ["`fence_batch_id`", "insert_overwrite", "never applies it twice"]),
         ],
     )
     def test_error_names_model_and_key_and_writes_nothing(self, project, spark, name, words):

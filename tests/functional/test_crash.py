@@ -105,6 +105,23 @@ def run_child(argv: list[str]) -> tuple[int, list[str], str]:
     return proc.returncode, steps, proc.stdout + proc.stderr
 
 
+def write_child_project(root, folder, jars_cache: str, models: dict[str, str]) -> None:
+    """The parent's models as a dbt project of the child's, with its own catalog folder."""
+    os.makedirs(root / "models")
+    for name, sql in models.items():
+        (root / "models" / f"{name}.sql").write_text(sql)
+    (root / "dbt_project.yml").write_text(
+        # The parent's project name: the same node ids, so a run sees the child's commits
+        # as an earlier run of its own node.
+        "name: test\nversion: '1.0'\nconfig-version: 2\nprofile: crash\n"
+    )
+    (root / "profiles.yml").write_text(
+        "crash:\n  target: dev\n  outputs:\n    dev:\n      type: fenced_spark\n"
+        f"      method: session\n      schema: analytics\n      folder: {folder}\n"
+        f"      jars_cache: {jars_cache}\n      threads: 1\n"
+    )
+
+
 @pytest.mark.skip_profile("thrift", reason="kills the process that runs the embedded JVM")
 class TestCrash:
     @pytest.fixture(scope="class")
@@ -116,19 +133,7 @@ class TestCrash:
         """The same models as a dbt project of the child's, with its own catalog folder."""
         root = tmp_path_factory.mktemp("crash")
         folder = root / "lakehouse"
-        os.makedirs(root / "models")
-        (root / "models" / "orders.sql").write_text(ORDERS)
-        (root / "models" / "events.sql").write_text(EVENTS)
-        (root / "dbt_project.yml").write_text(
-            # The parent's project name: the same node ids, so a run sees the child's commits
-            # as an earlier run of its own node.
-            "name: test\nversion: '1.0'\nconfig-version: 2\nprofile: crash\n"
-        )
-        (root / "profiles.yml").write_text(
-            "crash:\n  target: dev\n  outputs:\n    dev:\n      type: fenced_spark\n"
-            f"      method: session\n      schema: analytics\n      folder: {folder}\n"
-            f"      jars_cache: {jars_cache}\n      threads: 1\n"
-        )
+        write_child_project(root, folder, jars_cache, {"orders": ORDERS, "events": EVENTS})
         return root, folder
 
     def test_sigkill_at_every_step_loses_nothing(

@@ -165,6 +165,7 @@ CONFIG_ERRORS = {
         "bad_accept",
         "incremental_strategy='merge', unique_key='id', fence_accept_unverified='v7'",
     ),
+    "E117": ("bad_batch", "incremental_strategy='append', fence_batch_id=['2026-01-02']"),
 }
 COVERED.update(CONFIG_ERRORS)
 
@@ -255,6 +256,10 @@ class TestErrorsCatalogue:
                 "select id, 'v' as v from range(1, 3)",
             ),
             "compile_time.sql": COMPILE_TIME_WATERMARK,
+            "double_fired.sql": model(
+                "incremental_strategy='append', fence_batch_id=var('ds', '2026-01-01')",
+                'select \'{{ var("ds", "2026-01-01") }}\' as ds, id from range(1, 3)',
+            ),
         }
 
     def fresh(self, project, spark, name: str) -> tuple[str, int]:
@@ -514,6 +519,43 @@ class TestErrorsCatalogue:
         assert writer.fired == 1
         assert [e.operation for e in self.landed_after(spark, table, vb)] == ["UPDATE"]
         catalogue("E215", message_of(results))
+
+    @produces("E216")
+    def test_another_run_applied_the_batch(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "double_fired")
+        # The same job fired twice: the other run commits the batch after this one read vB.
+        twin = FenceTag(
+            str(uuid.uuid4()),
+            "model.my_project.double_fired",
+            "append",
+            vb,
+            1,
+            "write",
+            vb,
+            batch="2026-01-02",
+        )
+        writer = ForeignAt(
+            monkeypatch,
+            spark,
+            "vb",
+            [
+                protocol.set_conf_sql(protocol.USER_METADATA, twin.to_json()),
+                f"insert into {table} select '2026-01-02', id from range(1, 3)",
+            ],
+        )
+        results = run_dbt(
+            ["run", "--select", "double_fired", *run_vars(ds="2026-01-02")], expect_pass=False
+        )
+        assert writer.fired == 1
+        after = self.landed_after(spark, table, vb)
+        assert [(e.version, e.tag and e.tag["batch"]) for e in after] == [(vb + 1, "2026-01-02")]
+        message = message_of(results)
+        assert our_write(message).startswith("never written")
+        assert rows(spark, f"select ds, count(*) from {table} group by ds order by ds") == [
+            ("2026-01-01", 2),
+            ("2026-01-02", 2),
+        ]
+        catalogue("E216", message)
 
     @produces("E213")
     def test_an_earlier_run_left_an_unverified_commit(self, project, spark, catalogue):

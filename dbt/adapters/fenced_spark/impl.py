@@ -1,6 +1,6 @@
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any
@@ -12,6 +12,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
@@ -21,6 +22,7 @@ from dbt.adapters.fenced_spark.connections import (
     FencedSparkConnectionManager,
     SessionHandle,
 )
+from dbt.adapters.fenced_spark.fence.batch import batch_id
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import (
@@ -35,6 +37,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
 from dbt.adapters.fenced_spark.fence.footprint import read_filters
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
+    FenceTag,
     HistoryReader,
     SqlHistory,
     parse_history,
@@ -48,11 +51,14 @@ from dbt.adapters.fenced_spark.fence.node import (
     names_a_path,
 )
 from dbt.adapters.fenced_spark.fence.protocol import (
+    LOOKBACK,
     SNAPSHOT,
+    USER_METADATA,
     Fence,
     FenceResult,
     FenceState,
     conflict_name,
+    set_conf_sql,
 )
 from dbt.adapters.fenced_spark.fence.rewriter import names_bare, pin_self_reads, reads_self
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
@@ -71,6 +77,7 @@ class FencedSparkConfig(SparkConfig):
     fence_retries: int | None = None
     fence_accept_unverified: int | list[int] | None = None
     fence_isolation: str | None = None
+    fence_batch_id: str | int | None = None
 
 
 @dataclass
@@ -199,6 +206,10 @@ class FencedSparkAdapter(SparkAdapter):
         txn = self._txn()
         if txn is not None:
             txn.phase = Phase.DONE
+            if txn.untag is not None:
+                untag, txn.untag = txn.untag, None
+                with suppress(Exception):  # a lost session took the tag with it
+                    FenceSql(self.connections).execute(untag)
         super().post_model_hook(config, context)
 
     @contextmanager
@@ -244,6 +255,7 @@ class FencedSparkAdapter(SparkAdapter):
         accepted = config.get("fence_accept_unverified") or []
         if isinstance(accepted, list) and all(isinstance(v, int) for v in accepted):
             txn.accepted = frozenset(accepted)  # validate.sql names a bad value, later
+        txn.batch = batch_id(config.get("fence_batch_id"))
         return txn
 
     @staticmethod
@@ -355,9 +367,14 @@ class FencedSparkAdapter(SparkAdapter):
             txn.compile_reads.append(sql)
             if not txn.checked:
                 # Before our first commit: an earlier run's unverified commit must not be
-                # buried under it (fence_begin's check stops at the node's own commits).
-                fence.check_earlier_runs(txn.state, txn.accepted)
+                # buried under it (fence_begin's check stops at the node's own commits), and
+                # a batch already applied must not be touched (fence_begin then says so).
+                recent = list(fence.log.recent(txn.table, LOOKBACK))
+                fence.check_earlier_runs(txn.state, txn.accepted, iter(recent))
+                txn.applied = fence.batch_applied(txn.state, recent)
                 txn.checked = True
+            if txn.applied is not None:
+                return AdapterResponse(_message="SKIPPED"), empty_table()
         try:
             txn.state = fence.precheck(txn.state)
             try:
@@ -393,23 +410,68 @@ class FencedSparkAdapter(SparkAdapter):
         strategy: str,
         node: str,
         accepted: list[int] | None = None,
-    ) -> int:
+        batch: str | int | None = None,
+    ) -> FencedAdapterResponse | None:
         """vB: captured now, or at the node's first read of its target if that came earlier.
-        An earlier run of the node that never reached its verdict is found here."""
+        An earlier run of the node that never reached its verdict is found here, and so is
+        the batch's commit when the table holds it already: then the node's response, and
+        the materialization writes nothing."""
         txn = self._txn()
         if txn is None or txn.phase != Phase.MATERIALIZE or txn.table != relation.fence_name:
             # No compile time of its own (a microbatch batch, --no-introspect): starts here.
             txn = self._nodes.txn = self._new_transaction(relation, node)
+        txn.batch = batch_id(batch)
         fence = self._fence()
         txn.unfenced = False  # the materialization found a Delta table: fenced from here on
-        recent = None
+        recent: Iterable[Commit] | None = None
         if txn.state is None:
             version, recent = fence.capture(relation.fence_name)
             txn.start(strategy, version)
         state = txn.fenced_as(strategy)
-        fence.check_earlier_runs(state, frozenset(accepted or ()), recent)
+        if txn.batch is not None and txn.applied is None:
+            recent = list(recent if recent is not None else fence.log.recent(state.table, LOOKBACK))
+        fence.check_earlier_runs(state, frozenset(accepted or ()), iter(recent) if recent else None)
+        if txn.applied is None and recent is not None:
+            txn.applied = fence.batch_applied(state, recent)
         txn.phase = Phase.PRE_HOOK
-        return state.read_version
+        if txn.applied is None:
+            return None
+        txn.phase = Phase.DONE
+        return self._already_applied(state, txn.applied)
+
+    @staticmethod
+    def _already_applied(state: FenceState, commit: Commit) -> FencedAdapterResponse:
+        assert commit.tag is not None
+        logger.info(
+            f"fenced {state.strategy} into {state.display}: batch {state.batch!r} is already in "
+            f"the table: {commit.describe()}; nothing written (a batch is applied once: "
+            "fence_batch_id)"
+        )
+        return FencedAdapterResponse(
+            _message=f"{state.strategy.upper()} {Outcome.ALREADY_APPLIED.value}",
+            read_version=state.read_version,
+            commit_version=commit.version,
+            fence_outcome=Outcome.ALREADY_APPLIED.value,
+        )
+
+    @available
+    def fence_tag_build(
+        self, relation: FencedSparkRelation, strategy: str, node: str, batch: str | int
+    ) -> str:
+        """A first run or full refresh with `fence_batch_id` builds the table from its batch:
+        dbt-spark's statements carry the batch's tag until the node ends (post_model_hook),
+        so that a re-run finds the batch applied."""
+        txn = self._txn()
+        if txn is None or txn.table != relation.fence_name:
+            txn = self._nodes.txn = self._new_transaction(relation, node)
+        runner = FenceSql(self.connections)
+        user = self._fence().user_metadata()
+        tag = FenceTag(
+            txn.invocation_id, node, strategy, -1, batch=batch_id(batch), user_metadata=user
+        )
+        txn.untag = f"RESET {USER_METADATA}" if user is None else set_conf_sql(USER_METADATA, user)
+        runner.execute(set_conf_sql(USER_METADATA, tag.to_json()))
+        return ""
 
     @available
     def fence_read_at_compile_time(self) -> bool:

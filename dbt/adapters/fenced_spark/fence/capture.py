@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # How far back (in commits) a run looks for an earlier run of its node that never reached
 # its verdict, and the operations after which what came before is no longer in the table.
 LOOKBACK = 32
-_RESETS = {
+RESETS = {
     "RESTORE",
     "CREATE TABLE",
     "CREATE TABLE AS SELECT",
@@ -68,7 +68,7 @@ def check_earlier_runs(
             lineage = restored
             after.append(commit)
             continue
-        if commit.operation in _RESETS:
+        if commit.operation in RESETS:
             return
         if (
             tag is None

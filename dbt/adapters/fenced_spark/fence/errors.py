@@ -51,6 +51,7 @@ class Outcome(StrEnum):
     NEVER_WRITTEN = "never_written"
     REVERTED = "written_and_reverted"
     NOT_REVERTED = "written_not_reverted"
+    ALREADY_APPLIED = "batch_already_applied"  # fence_batch_id: written by an earlier run
 
 
 def node_kind(strategy: str) -> str:
@@ -94,6 +95,8 @@ class FenceReport:
     retries: int = 0
     # The conflict analysis's verdict on each foreign commit it judged, by version.
     judged: dict[int, Judgement] = field(default_factory=dict)
+    # fence_batch_id: another run's write of this batch, which refused this run.
+    applied_by: Commit | None = None
 
     def _landed_line(self, commit: Commit) -> str:
         judgement = self.judged.get(commit.version)
@@ -207,6 +210,11 @@ class FenceReport:
             lines.append(
                 f"  what to do: run the {node} once with --full-refresh to rebuild the table as "
                 "Delta; a plain re-run refuses a table that is not Delta."
+            )
+        elif self.applied_by is not None:
+            lines.append(
+                f"  what to do: nothing; the table holds the batch once, from "
+                f"v{self.applied_by.version}. A re-run finds it there and writes nothing."
             )
         elif self.steps or self.no_retry:
             lines.append(f"  what to do: re-run the {node}; it recomputes from the new version.")

@@ -33,6 +33,8 @@ class FenceTag:
     scope: str | None = None
     # The session's own commitInfo.userMetadata when the fence tagged over it (an audit label).
     user_metadata: str | None = None
+    # The model's fence_batch_id: the batch its write applies, which no later run re-applies.
+    batch: str | None = None
 
     @property
     def strict(self) -> bool:
@@ -74,6 +76,7 @@ class FenceTag:
                 **({"delta_retries": True} if self.delta_retries else {}),
                 **({"scope": json.loads(self.scope)} if self.scope else {}),
                 **({"user_metadata": self.user_metadata} if self.user_metadata is not None else {}),
+                **({"batch": self.batch} if self.batch is not None else {}),
             },
             ensure_ascii=True,
             separators=(",", ":"),
@@ -115,6 +118,7 @@ class FenceTag:
                     else None
                 ),
                 user_metadata=_as_text(data.get("user_metadata")),
+                batch=_as_text(data.get("batch")),
             )
         except (KeyError, TypeError, ValueError):
             return None

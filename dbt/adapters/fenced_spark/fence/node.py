@@ -9,6 +9,7 @@ change is a strict step of ours, a post-hook write is tagged for the audit trail
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import FenceState
 from dbt.adapters.fenced_spark.fence.rewriter import READ, WRITE, pin_self_reads, statement_kind
 
@@ -59,6 +60,12 @@ class NodeTransaction:
     accepted: frozenset[int] = frozenset()
     # An earlier run's unverified commit was looked for (before a compile-time step).
     checked: bool = False
+    # The model's fence_batch_id, and this node's commit of that batch when the table holds
+    # one already: then nothing of the node writes the target (fence/batch.py).
+    batch: str | None = None
+    applied: Commit | None = None
+    # What puts the session's userMetadata back after a tagged first run (fence_tag_build).
+    untag: str | None = None
 
     def action(self, sql: str) -> str | None:
         if self.unfenced or self.phase not in _ACTING:
@@ -95,6 +102,7 @@ class NodeTransaction:
             expected_version=read_version,
             invocation_id=self.invocation_id,
             node=self.node,
+            batch=self.batch,
         )
         return self.state
 

@@ -5,14 +5,14 @@ history reads may come from the Delta log instead (`delta_log.LogTail`)."""
 
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
 
-from dbt.adapters.fenced_spark.fence import capture, revert, verify
+from dbt.adapters.fenced_spark.fence import batch, capture, revert, verify
 from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
 from dbt.adapters.fenced_spark.fence.errors import (
@@ -129,7 +129,9 @@ class Fence:
             except FenceViolation as violation:
                 attempt_seconds = self.clock() - started
                 report = violation.report
-                report.no_retry = no_retry or self._steps_ran(state)
+                report.no_retry = (
+                    no_retry or self._steps_ran(state) or batch.no_retry(state, report)
+                )
                 report.retries = retries
                 done = retry == retries or report.gone is not None  # no version to retry from
                 if done or report.no_retry or not report.nothing_of_ours_remains:
@@ -182,7 +184,7 @@ class Fence:
         session already had (an audit pre-hook's userMetadata) rides in the tag and is put back
         after, not reset."""
         strict = state.strict if strict is None else strict
-        user = self._user_metadata()
+        user = self.user_metadata()
         tag = replace(state.tag(step), user_metadata=user)
         self._sent += 1
         self.runner.execute(set_conf_sql(USER_METADATA, tag.to_json()))
@@ -201,7 +203,7 @@ class Fence:
         for reset in resets:
             self.runner.execute(reset)
 
-    def _user_metadata(self) -> str | None:
+    def user_metadata(self) -> str | None:
         value = self.runner.session_conf(USER_METADATA)
         if value == REDACTED:
             # Over Thrift only SQL reads it, and Spark redacted it: it cannot be put back.
@@ -309,6 +311,9 @@ class Fence:
         self, state: FenceState, accepted: frozenset[int], recent: Iterator[Commit] | None = None
     ) -> None:
         capture.check_earlier_runs(self, state, accepted, recent)
+
+    def batch_applied(self, state: FenceState, recent: Iterable[Commit]) -> Commit | None:
+        return batch.applied(state, recent)
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         return capture.latest_version(self, table, known)

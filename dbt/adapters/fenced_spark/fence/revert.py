@@ -4,6 +4,7 @@ then fail saying exactly what of ours stands."""
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceReport,
     FenceViolation,
@@ -154,6 +155,7 @@ def fail(
             outcome=outcome,
             landed=landed,
             judged={j.commit.version: j for j in state.judged},
+            applied_by=batch.applied_by(state, state.judged),
             **kw,
         )
     )

@@ -81,6 +81,8 @@ class FenceState:
     isolation: str = SNAPSHOT
     # Foreign commits after vB judged so far (a conflict ends the run).
     judged: tuple[Judgement, ...] = ()
+    # The model's fence_batch_id (fence/batch.py).
+    batch: str | None = None
 
     @property
     def strict(self) -> bool:
@@ -118,6 +120,7 @@ class FenceState:
             and not self.strict,
             # A write Delta may commit above others records what it read and writes.
             scope=scope_json(self.scope) if step == "write" and not self.strict else None,
+            batch=self.batch,
         )
 
 

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence.conflicts import STEPS, first_conflict
+from dbt.adapters.fenced_spark.fence import batch
+from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.state import VERSION, FenceResult, FenceState, conflict_name
@@ -45,7 +46,12 @@ def judge(
             "(fence_isolation: 'version' refuses any commit after it)",
             our_write,
         )
-    checked = fence.conflict_check(state).judge(todo, state.scope)
+    # Another run's write of this batch conflicts whatever it changed (fence/batch.py).
+    first_twin = next((i for i, c in enumerate(todo) if batch.twin(state, c)), len(todo))
+    checked = fence.conflict_check(state).judge(todo[:first_twin], state.scope)
+    if first_twin < len(todo) and first_conflict(checked) is None:
+        why = f"it applied this model's batch {state.batch!r} (fence_batch_id) too"
+        checked.append(Judgement(todo[first_twin], True, why))
     judged = replace(state, judged=state.judged + tuple(checked))
     conflict = first_conflict(judged.judged)
     if conflict is not None:

@@ -7,6 +7,8 @@
 {% macro fenced_spark__fence_write_sql(strategy, source, target, settings) %}
   {%- if strategy == 'merge' -%}
     {{ return(fenced_merge_sql(source, target, settings)) }}
+  {%- elif strategy == 'append' -%}
+    {{ return(fenced_append_sql(source, target, settings)) }}
   {%- elif strategy == 'insert' -%}
     {{ return(fenced_insert_sql(source, target, settings)) }}
   {%- elif strategy == 'append_if_unchanged' -%}
@@ -51,7 +53,12 @@
        earlier run of this node that never reached its verdict refuses the run here. From
        here to the write, pre-hooks' reads of the target are pinned and their writes to it
        are strict steps of ours. --#}
-  {%- do adapter.fence_begin(this, settings.strategy, model.unique_id, settings.fence_accept_unverified) -%}
+  {%- set applied = adapter.fence_begin(this, settings.strategy, model.unique_id, settings.fence_accept_unverified, settings.fence_batch_id) -%}
+  {%- if applied is not none -%}
+    {#-- fence_batch_id: this batch is in the table already; no hook, no write --#}
+    {%- do store_result('main', response=applied) -%}
+    {{ return({'relations': [this]}) }}
+  {%- endif -%}
   {{ run_hooks(pre_hooks) }}
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}

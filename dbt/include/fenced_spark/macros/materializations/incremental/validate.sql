@@ -23,6 +23,7 @@
   {%- set file_format = config.get('file_format') or 'delta' -%}
   {%- set unique_key = config.get('unique_key') -%}
   {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
+  {%- set batch_id = config.get('fence_batch_id') -%}
 
   {% set invalid_strategy_msg -%}
     {{ model_name }}: invalid `incremental_strategy` {{ raw_strategy | tojson }}.
@@ -43,6 +44,17 @@
     {{ model_name }}: the insert strategy needs `unique_key` (a column name or a list of column names): it inserts the rows whose key is not in the table yet.
     To insert every row, use 'append'.
   {%- endset %}
+  {% set invalid_batch_msg -%}
+    {{ model_name }}: `fence_batch_id` must be a non-empty string or a whole number naming the batch this run applies (e.g. "{{ '{{' }} var('ds') {{ '}}' }}"), got {{ batch_id | tojson }}.
+  {%- endset %}
+  {% set batch_unfenced_msg -%}
+    {{ model_name }}: `fence_batch_id` makes the fence apply each batch once, but `fenced` is false.
+    Remove `fenced: false`, or remove `fence_batch_id`.
+  {%- endset %}
+  {% set batch_replaces_msg -%}
+    {{ model_name }}: `fence_batch_id` is not for the {{ strategy }} strategy: each run replaces {{ 'its batch window' if strategy == 'microbatch' else 'the partitions it writes' }}, so running a batch again never applies it twice.
+    Remove `fence_batch_id`.
+  {%- endset %}
   {% set invalid_predicates_msg -%}
     {{ model_name }}: `incremental_predicates` must be a SQL string or a list of SQL strings, got {{ predicates | tojson }}.
   {%- endset %}
@@ -62,13 +74,24 @@
   {%- if not fenced_config and strategy in ['append_if_unchanged', 'replace_where'] -%}
     {% do exceptions.raise_compiler_error(only_fenced_msg) %}
   {%- endif -%}
+  {%- if batch_id is not none -%}
+    {%- if batch_id is boolean or not (batch_id is integer or (batch_id is string and batch_id | trim)) -%}
+      {% do exceptions.raise_compiler_error(invalid_batch_msg) %}
+    {%- elif not fenced_config -%}
+      {% do exceptions.raise_compiler_error(batch_unfenced_msg) %}
+    {%- elif strategy in ['microbatch', 'insert_overwrite'] -%}
+      {% do exceptions.raise_compiler_error(batch_replaces_msg) %}
+    {%- endif -%}
+  {%- endif -%}
 
   {#-- dbt-spark runs a merge without a key as a MERGE that inserts every row (ON FALSE): an
        append, fenced like one. --#}
   {%- set keyless_merge = strategy == 'merge' and not unique_key -%}
   {%- set mode = 'auto' if keyless_merge else strategies[strategy] -%}
   {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this) -%}
-  {%- set fenced = fenced_config and (mode == 'fenced' or reads_self) -%}
+  {#-- a batch id fences a blind append too: the only run it can conflict with is another
+       run of its batch --#}
+  {%- set fenced = fenced_config and (mode == 'fenced' or reads_self or batch_id is not none) -%}
   {%- if fenced and file_format != 'delta' -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
@@ -100,6 +123,7 @@
       'fence_retries': common.fence_retries,
       'fence_accept_unverified': common.fence_accept_unverified,
       'fence_isolation': common.fence_isolation,
+      'fence_batch_id': batch_id,
       'unique_key': unique_key,
       'incremental_predicates': predicate_list,
       'on_schema_change': incremental_validate_on_schema_change(config.get('on_schema_change'), default='ignore'),
