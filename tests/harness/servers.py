@@ -236,7 +236,7 @@ def start(
     os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
     port, ui_port = free_port(), free_port()
     creds = FencedSparkCredentials(schema="default", folder=folder, jars_cache=jars_cache)
-    conf = launch_conf(creds)
+    conf = launch_conf(creds, share_classes=False)
     conf["spark.app.name"] = f"dbt-fenced-spark-{kind}"
     # Spare task slots, not cores: a race parks our write in Thread.sleep while the foreign
     # client's job must still run.

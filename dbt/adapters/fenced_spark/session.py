@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Optional
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.fenced_spark import class_archive
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -54,7 +56,9 @@ def sized_conf(cores: int) -> dict[str, str]:
     }
 
 
-def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
+def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> dict[str, str]:
+    """The embedded session's conf; `share_classes=False` for a JVM of another shape (a
+    server's class path), which must not write or map the session's class archive."""
     folder = creds.folder or ""
     conf = {
         "spark.master": "local[*]",
@@ -69,7 +73,9 @@ def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
             f"jdbc:derby:;databaseName={os.path.join(folder, 'metastore_db')};create=true"
         ),
         # derby.log lands in derby.system.home; keep it inside the folder, not the cwd.
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={folder}",
+        "spark.driver.extraJavaOptions": " ".join(
+            filter(None, [f"-Dderby.system.home={folder}", _class_archive(creds, share_classes)])
+        ),
         "spark.driver.memory": "2g",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -87,6 +93,13 @@ def launch_conf(creds: "FencedSparkCredentials") -> dict[str, str]:
             del conf["spark.jars.packages"]
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), *jars]))
     return conf
+
+
+def _class_archive(creds: "FencedSparkCredentials", share_classes: bool) -> str:
+    # The user's own JVM options replace these whole: then there is nothing to add.
+    if not share_classes or "spark.driver.extraJavaOptions" in creds.server_side_parameters:
+        return ""
+    return class_archive.java_options(creds.jars_cache or "", creds.delta_package)
 
 
 # Keys that change what Ivy resolves: set by the user, the record is neither used nor written.
