@@ -36,8 +36,22 @@ select '{{ var("ds") }}' as ds, id from range(3)
 """
 
 
-def run(ds: str, expect_pass: bool = True, model: str = "events"):
-    args = ["run", "--select", model, "--vars", json.dumps({"ds": ds})]
+# A merge without unique_key inserts every row, as an append does.
+KEYLESS = """
+{{ config(materialized='incremental', incremental_strategy='merge', fence_batch_id=var('ds')) }}
+select '{{ var("ds") }}' as ds, id from range(3)
+"""
+
+
+# --empty reads its refs as empty: such a run writes none of its batch.
+EMPTIED = """
+{{ config(materialized='incremental', incremental_strategy='append', fence_batch_id=var('ds')) }}
+select '{{ var("ds") }}' as ds, id from {{ ref('numbers') }}
+"""
+
+
+def run(ds: str, expect_pass: bool = True, model: str = "events", *flags: str):
+    args = ["run", "--select", model, "--vars", json.dumps({"ds": ds}), *flags]
     return run_dbt(args, expect_pass=expect_pass)
 
 
@@ -57,7 +71,13 @@ def batches(spark, table: str) -> list[tuple]:
 class TestBatchAppliedOnce:
     @pytest.fixture(scope="class")
     def models(self):
-        return {"events.sql": EVENTS, "reprocessed.sql": REPROCESSED}
+        return {
+            "events.sql": EVENTS,
+            "reprocessed.sql": REPROCESSED,
+            "keyless.sql": KEYLESS,
+            "numbers.sql": "{{ config(materialized='table') }} select id from range(3)",
+            "emptied.sql": EMPTIED,
+        }
 
     @pytest.fixture(scope="class")
     def project_config_update(self):
@@ -180,6 +200,44 @@ class TestBatchAppliedOnce:
         assert delete not in last_run_log(logs_dir)
         assert history(spark, table) == before
         assert batches(spark, table) == [("2026-04-01", 3), ("2026-04-02", 3)]
+
+    def test_a_merge_without_unique_key_applies_each_batch_once(self, project, spark, audit):
+        table = f"{project.test_schema}.keyless"
+        run("2026-05-01", True, "keyless")
+        applied = node(run("2026-05-02", True, "keyless"), "keyless")
+        assert applied.adapter_response["fence_outcome"] == "committed"
+        again = node(run("2026-05-02", True, "keyless"), "keyless")
+        assert again.adapter_response["fence_outcome"] == ALREADY
+        assert batches(spark, table) == [("2026-05-01", 3), ("2026-05-02", 3)]
+
+    def test_an_empty_run_does_not_stand_for_its_batch(self, project, spark, audit):
+        table = f"{project.test_schema}.emptied"
+        run("2026-06-01", True, "numbers")
+        run("2026-06-01", True, "emptied", "--empty")
+        assert batches(spark, table) == []
+        assert all(e.tag is None or "batch" not in e.tag for e in history(spark, table))
+        node(run("2026-06-01", True, "emptied"), "emptied")
+        assert batches(spark, table) == [("2026-06-01", 3)]
+
+    def test_a_batch_whose_rows_were_deleted_is_neither_skipped_nor_applied(
+        self, project, spark, audit
+    ):
+        table = f"{project.test_schema}.keyless"
+        run("2026-07-01", True, "keyless")
+        spark.sql(f"delete from {table} where ds = '2026-07-01' and id = 0")
+        before = history(spark, table)
+        failed = node(run("2026-07-01", False, "keyless"), "keyless")
+        deleted = before[-1]
+        assert deleted.operation == "DELETE" and deleted.tag is None
+        assert f"and v{deleted.version} DELETE by " in failed.message
+        assert (
+            "removed rows of a file the batch wrote: the fence cannot tell whether the batch is "
+            "still whole in the table, so it neither applies the batch again nor skips it"
+        ) in failed.message
+        assert history(spark, table) == before
+        # As the message says: another id applies it again.
+        run("2026-07-01-again", True, "keyless")
+        assert ("2026-07-01-again", 3) in batches(spark, table)
 
 
 CHILD_EVENTS = """

@@ -8,7 +8,8 @@ import shutil
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.functional.lakehouse import history, ours, rows
+from dbt.adapters.fenced_spark import impl
+from tests.functional.lakehouse import ForeignAroundWrite, ForeignWriter, history, ours, rows
 
 APPENDED = """
 {{ config(materialized='incremental', incremental_strategy='append_if_unchanged') }}
@@ -45,3 +46,65 @@ class TestPostCommitHookFailure:
         assert "DELTA_POST_COMMIT_HOOK_FAILED" in message or "manifest" in message.lower()
         assert f"committed as v{after[0].version}; it stands" in message
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
+
+
+# Each reads its table: the append where its batch is not in yet, the merge through its key.
+WATCHED = """
+{{ config(materialized='incremental', incremental_strategy='append') }}
+select '{{ var("ds") }}' as ds, id from range(3)
+{% if is_incremental() %}
+where not exists (select 1 from {{ this }} t where t.ds = '{{ var("ds") }}')
+{% endif %}
+"""
+KEYED = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
+select '{{ var("ds") }}' as ds, id from range(3)
+"""
+
+
+class TestGreenVerdictHoldsAtTheNextRun:
+    """A commit that lands after the pre-check, before the write reads the table, is judged by
+    verification; when it does not conflict the run is green, and the next run, which finds
+    that commit below ours, judges it by the scope our tag records: still no conflict."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"watched.sql": WATCHED, "keyed.sql": KEYED}
+
+    @pytest.mark.parametrize("model, foreign", [("watched", "('other', 9)"), ("keyed", "('x', 7)")])
+    def test_the_next_run_does_not_refuse_a_green_runs_commit(
+        self, project, spark, monkeypatch, model, foreign
+    ):
+        table = f"{project.test_schema}.{model}"
+        run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d1"})])
+        writer = ForeignWriter(spark)
+        runners = []
+
+        def runner(connections):
+            runners.append(
+                ForeignAroundWrite(
+                    connections, writer, lambda _: f"insert into {table} values {foreign}", times=1
+                )
+            )
+            return runners[-1]
+
+        monkeypatch.setattr(impl, "FenceSql", runner)
+        raced = run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d2"})])
+        monkeypatch.undo()
+        assert sum(r.fired for r in runners) == 1
+        entries = history(spark, table)
+        foreign_commit, our_write = entries[-2], entries[-1]
+        assert foreign_commit.tag is None and our_write.tag["step"] == "write"
+        assert our_write.read_version == foreign_commit.version  # read above the foreign commit
+        assert raced.results[0].adapter_response["fence_outcome"] == "committed"
+
+        after = run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d3"})])
+        assert after.results[0].adapter_response["fence_outcome"] == "committed"
+        expected = {
+            "watched": [("d1", 3), ("d2", 3), ("d3", 3), ("other", 1)],
+            "keyed": [("d3", 3), ("x", 1)],
+        }
+        assert (
+            rows(spark, f"select ds, count(*) from {table} group by ds order by ds")
+            == (expected[model])
+        )

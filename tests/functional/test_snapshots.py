@@ -23,6 +23,7 @@ SNAPSHOT = """
     hard_deletes=var('hard_deletes', 'ignore'),
     fence_retries=var('retries', 0),
     fenced=var('fenced', true),
+    fence_batch_id=var('batch_id', none),
 ) }}
 {% if var('strategy', 'check') == 'check' %}{{ config(check_cols=['status']) }}{% endif %}
 select id, status, 'loaded' as note, updated_at
@@ -115,6 +116,14 @@ def views_on_the_nodes_connection(monkeypatch, schema: str) -> dict[str, list[st
 
 
 class TestFencedSnapshot(SnapshotProject):
+    def test_a_batch_id_is_refused_before_any_sql(self, project, spark):
+        table = f"{project.test_schema}.orders_snap"
+        spark.sql(f"drop table if exists {table}")
+        results = run_dbt(["snapshot", "--vars", json.dumps({"batch_id": "d1"})], expect_pass=False)
+        message = results.results[0].message
+        assert f"Snapshot {table}: `fence_batch_id` is for incremental models" in message
+        assert not spark.sql(f"show tables in {project.test_schema} like 'orders_snap'").collect()
+
     @pytest.mark.parametrize("strategy, hard_deletes", MODES)
     def test_tagged_verified_and_reported(
         self, project, spark, logs_dir, monkeypatch, strategy, hard_deletes

@@ -1,6 +1,9 @@
 """fence_batch_id: which earlier commit holds this model's batch, and what races it."""
 
+import json
+
 import pytest
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.conflicts import Judgement
@@ -30,6 +33,27 @@ def commit(version, operation="WRITE", restored=None, metadata=None):
     return Commit(version, operation, version - 1, metadata, parameters=parameters)
 
 
+class Files:
+    """Commit files' add/remove actions by version, as the log reader returns them."""
+
+    def __init__(self, **versions):
+        self.lines = {int(v[1:]): [json.dumps(a) for a in acts] for v, acts in versions.items()}
+
+    def actions(self, table, versions):
+        return {v: self.lines.get(v, []) for v in versions}
+
+
+def add(path, change=True):
+    return {"add": {"path": path, "dataChange": change}}
+
+
+def remove(path, change=True):
+    return {"remove": {"path": path, "dataChange": change}}
+
+
+NO_FILES = Files()
+
+
 def newest_first(*commits):
     return sorted(commits, key=lambda c: -c.version)
 
@@ -43,7 +67,7 @@ def test_the_tag_records_the_batch_and_reads_it_back():
 
 
 def test_the_batch_is_found_past_other_commits():
-    found = batch.applied(STATE, newest_first(commit(8), write(7), commit(6)))
+    found = batch.applied(STATE, newest_first(commit(8), write(7), commit(6)), NO_FILES)
     assert found is not None and found.version == 7
 
 
@@ -58,7 +82,7 @@ def test_the_batch_is_found_past_other_commits():
     ],
 )
 def test_only_another_runs_write_of_this_models_batch_counts(other):
-    assert batch.applied(STATE, newest_first(commit(8), other)) is None
+    assert batch.applied(STATE, newest_first(commit(8), other), NO_FILES) is None
 
 
 def test_auto_compaction_carrying_the_tag_is_not_the_write():
@@ -67,31 +91,40 @@ def test_auto_compaction_carrying_the_tag_is_not_the_write():
 
 
 def test_a_restore_to_before_the_batch_undid_it():
-    assert batch.applied(STATE, newest_first(commit(8, "RESTORE", restored=6), write(7))) is None
+    restore = commit(8, "RESTORE", restored=6)
+    assert batch.applied(STATE, newest_first(restore, write(7)), NO_FILES) is None
 
 
 def test_a_restore_that_kept_the_batch_leaves_it_applied():
-    found = batch.applied(
-        STATE, newest_first(commit(9, "RESTORE", restored=7), commit(8), write(7))
-    )
+    restore = commit(9, "RESTORE", restored=7)
+    found = batch.applied(STATE, newest_first(restore, commit(8), write(7)), NO_FILES)
     assert found is not None and found.version == 7
 
 
-def test_a_restore_by_timestamp_or_a_foreign_replace_ends_the_search():
-    assert batch.applied(STATE, newest_first(commit(8, "RESTORE"), write(7))) is None
+def test_a_foreign_replace_ends_the_search():
     replaced = commit(8, "CREATE OR REPLACE TABLE AS SELECT")
-    assert batch.applied(STATE, newest_first(replaced, write(7))) is None
+    assert batch.applied(STATE, newest_first(replaced, write(7)), NO_FILES) is None
+
+
+def test_below_a_restore_by_timestamp_the_batch_is_neither_applied_nor_skipped():
+    with pytest.raises(DbtRuntimeError) as raised:
+        batch.applied(STATE, newest_first(commit(8, "RESTORE"), write(7)), NO_FILES)
+    assert "restored the table by timestamp, which names no version" in str(raised.value)
+    assert "cannot tell whether the batch is still whole" in str(raised.value)
+    assert "give the run another fence_batch_id" in str(raised.value)
+    # With no batch of this model below it, the RESTORE changes nothing.
+    assert batch.applied(STATE, newest_first(commit(8, "RESTORE"), commit(7)), NO_FILES) is None
 
 
 def test_a_table_built_from_the_batch_is_its_write():
     built = write(0, operation="CREATE TABLE AS SELECT")
-    found = batch.applied(STATE, newest_first(commit(1), built))
+    found = batch.applied(STATE, newest_first(commit(1), built), NO_FILES)
     assert found is not None and found.version == 0
 
 
 def test_no_batch_id_never_searches():
     state = FenceState("s.t", "s.t", "append", 9, 9, invocation_id="now", node="model.p.events")
-    assert batch.applied(state, [write(7, batch_id=None)]) is None
+    assert batch.applied(state, [write(7, batch_id=None)], NO_FILES) is None
     assert not batch.twin(state, write(7, batch_id=None))
 
 
@@ -112,7 +145,55 @@ def test_a_refusal_by_the_batchs_twin_is_never_retried():
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("2026-01-02", "2026-01-02"), (20260102, "20260102"), (" a ", "a"), ("", None), (None, None)],
+    [
+        ("2026-01-02", "2026-01-02"),
+        (20260102, "20260102"),
+        (" a ", " a "),
+        (" ", None),
+        (None, None),
+    ],
 )
 def test_the_batch_id_as_configured(value, expected):
     assert batch.batch_id(value) == expected
+
+
+def test_a_later_commit_that_removed_the_batchs_rows_leaves_it_undecided():
+    files = Files(v7=[add("b.parquet")], v8=[remove("b.parquet"), add("b2.parquet")])
+    with pytest.raises(DbtRuntimeError) as raised:
+        batch.applied(STATE, newest_first(commit(8, "DELETE"), write(7)), files)
+    assert "v8 DELETE by an unnamed writer removed rows of a file the batch wrote" in str(
+        raised.value
+    )
+
+
+def test_a_compaction_moves_the_batchs_rows_and_a_delete_of_them_counts():
+    compacted = Files(
+        v7=[add("b.parquet")],
+        v8=[remove("b.parquet", False), remove("o.parquet", False), add("c.parquet", False)],
+        v9=[remove("x.parquet"), add("y.parquet")],
+    )
+    history = newest_first(commit(9), commit(8, "OPTIMIZE"), write(7))
+    found = batch.applied(STATE, history, compacted)
+    assert found is not None and found.version == 7  # v9 removed another file
+    compacted.lines[9] = [json.dumps(remove("c.parquet"))]
+    with pytest.raises(DbtRuntimeError):
+        batch.applied(STATE, history, compacted)
+
+
+def test_a_delete_undone_by_a_restore_leaves_the_batch_whole():
+    files = Files(v7=[add("b.parquet")], v8=[remove("b.parquet")], v9=[add("b.parquet")])
+    restore = commit(9, "RESTORE", restored=7)
+    found = batch.applied(STATE, newest_first(restore, commit(8, "DELETE"), write(7)), files)
+    assert found is not None and found.version == 7
+
+
+def test_only_the_create_of_the_table_carries_a_first_runs_batch():
+    from dbt.adapters.fenced_spark.fence.node import NodeTransaction
+    from dbt.adapters.fenced_spark.impl import builds
+
+    txn = NodeTransaction("s", "events", "`s`.`events`", "s.events", "model.p.events", "inv")
+    assert builds("/* dbt */ create or replace table s.events using delta as select 1", txn)
+    assert builds("create table `s`.`events` using delta as select 1", txn)
+    assert not builds("delete from s.events where ds = 'd1'", txn)  # a pre-hook's step
+    assert not builds("insert into s.events select 1", txn)  # a post-hook's
+    assert not builds("create or replace table s.audit as select 1", txn)

@@ -189,8 +189,8 @@ def test_an_earlier_run_that_died_before_its_verdict_refuses_the_next(strategy):
     text = raised.value.msg
     assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv-0)" in text
     check = "it had to directly follow v0, and it followed v1"
-    if strategy == "merge":
-        check = "it had to read v0, and it read v1"
+    if strategy == "merge":  # a MERGE's tag records its scope: v1 is judged by it
+        check = "it read v1, above a commit that landed after v0 and conflicts with it"
     assert check in text
     assert "landed before it:\n    - v1 WRITE by an unnamed writer" in text
     assert "`RESTORE TABLE a.t TO VERSION AS OF 1`; that also undoes v3 WRITE" in text
@@ -207,9 +207,13 @@ def test_an_earlier_run_that_died_before_its_verdict_refuses_the_next(strategy):
     table.execute("RESTORE TABLE a.t TO VERSION AS OF 2")
     with pytest.raises(FenceUnresolved):
         fence(table).check_earlier_runs(state(expected=6), frozenset())
-    # A RESTORE by timestamp names no version: it ends the search, as a replace does.
+    # A RESTORE by timestamp names no version: nothing below it is taken as undone.
     table.commit("RESTORE", table.rows[1], table.latest, parameters={"timestamp": "2026-11-25"})
-    fence(table).check_earlier_runs(state(expected=7), frozenset())
+    with pytest.raises(FenceUnresolved):
+        fence(table).check_earlier_runs(state(expected=7), frozenset())
+    # A replace of the table ends the search: nothing before it is in the table.
+    table.commit("CREATE OR REPLACE TABLE AS SELECT", table.rows[1], table.latest)
+    fence(table).check_earlier_runs(state(expected=8), frozenset())
 
 
 def test_an_earlier_run_that_reached_its_verdict_or_held_is_not_reported():

@@ -37,7 +37,6 @@ from dbt.adapters.fenced_spark.fence.errors import (
 from dbt.adapters.fenced_spark.fence.footprint import read_filters
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
-    FenceTag,
     HistoryReader,
     SqlHistory,
     parse_history,
@@ -53,15 +52,20 @@ from dbt.adapters.fenced_spark.fence.node import (
 from dbt.adapters.fenced_spark.fence.protocol import (
     LOOKBACK,
     SNAPSHOT,
-    USER_METADATA,
     Fence,
     FenceResult,
     FenceState,
     conflict_name,
-    set_conf_sql,
 )
-from dbt.adapters.fenced_spark.fence.rewriter import names_bare, pin_self_reads, reads_self
+from dbt.adapters.fenced_spark.fence.rewriter import (
+    WRITE,
+    names_bare,
+    pin_self_reads,
+    reads_self,
+    statement_kind,
+)
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
+from dbt.adapters.fenced_spark.run_state import without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
 
@@ -157,6 +161,28 @@ def dbt_command() -> str | None:
         return None
 
 
+def run_batch(value: object) -> str | None:
+    """The batch this run applies; none when it builds from part of its input (`--empty`,
+    `--sample`): its commit must not stand for the whole batch."""
+    try:
+        from dbt.flags import get_flags
+
+        flags = get_flags()
+        if getattr(flags, "EMPTY", False) or getattr(flags, "SAMPLE", None):
+            return None
+    except Exception:
+        pass
+    return batch_id(value)
+
+
+def builds(sql: str, txn: NodeTransaction) -> bool:
+    """dbt-spark's CREATE [OR REPLACE] TABLE of the node's target, on a first run or rebuild."""
+    verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
+    return (
+        verb in ("CREATE", "REPLACE") and statement_kind(sql, txn.schema, txn.identifier) == WRITE
+    )
+
+
 class FencedSparkAdapter(SparkAdapter):
     Relation = FencedSparkRelation
     ConnectionManager = FencedSparkConnectionManager
@@ -206,10 +232,7 @@ class FencedSparkAdapter(SparkAdapter):
         txn = self._txn()
         if txn is not None:
             txn.phase = Phase.DONE
-            if txn.untag is not None:
-                untag, txn.untag = txn.untag, None
-                with suppress(Exception):  # a lost session took the tag with it
-                    FenceSql(self.connections).execute(untag)
+            txn.build = None
         super().post_model_hook(config, context)
 
     @contextmanager
@@ -255,7 +278,7 @@ class FencedSparkAdapter(SparkAdapter):
         accepted = config.get("fence_accept_unverified") or []
         if isinstance(accepted, list) and all(isinstance(v, int) for v in accepted):
             txn.accepted = frozenset(accepted)  # validate.sql names a bad value, later
-        txn.batch = batch_id(config.get("fence_batch_id"))
+        txn.batch = run_batch(config.get("fence_batch_id"))
         return txn
 
     @staticmethod
@@ -296,6 +319,9 @@ class FencedSparkAdapter(SparkAdapter):
         # a read is pinned to vB, a pre-hook's or schema change's write is a strict step of
         # ours, a post-hook's write is tagged. Everything else runs as dbt-spark runs it.
         txn = self._txn()
+        if txn is not None and txn.build is not None and builds(sql, txn):
+            with self._fence().tagged(txn.build, "write", strict=False):
+                return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         self._location(sql)
         self._current_schema(sql)
         action = txn.action(sql) if txn is not None else None
@@ -420,7 +446,7 @@ class FencedSparkAdapter(SparkAdapter):
         if txn is None or txn.phase != Phase.MATERIALIZE or txn.table != relation.fence_name:
             # No compile time of its own (a microbatch batch, --no-introspect): starts here.
             txn = self._nodes.txn = self._new_transaction(relation, node)
-        txn.batch = batch_id(batch)
+        txn.batch = run_batch(batch)
         fence = self._fence()
         txn.unfenced = False  # the materialization found a Delta table: fenced from here on
         recent: Iterable[Commit] | None = None
@@ -459,18 +485,15 @@ class FencedSparkAdapter(SparkAdapter):
         self, relation: FencedSparkRelation, strategy: str, node: str, batch: str | int
     ) -> str:
         """A first run or full refresh with `fence_batch_id` builds the table from its batch:
-        dbt-spark's statements carry the batch's tag until the node ends (post_model_hook),
-        so that a re-run finds the batch applied."""
+        dbt-spark's CREATE of the table carries the batch's tag (`execute`), so that a re-run
+        finds the batch applied; its hooks' statements do not."""
         txn = self._txn()
         if txn is None or txn.table != relation.fence_name:
             txn = self._nodes.txn = self._new_transaction(relation, node)
-        runner = FenceSql(self.connections)
-        user = self._fence().user_metadata()
-        tag = FenceTag(
-            txn.invocation_id, node, strategy, -1, batch=batch_id(batch), user_metadata=user
-        )
-        txn.untag = f"RESET {USER_METADATA}" if user is None else set_conf_sql(USER_METADATA, user)
-        runner.execute(set_conf_sql(USER_METADATA, tag.to_json()))
+        txn.batch = run_batch(batch)
+        if txn.batch is not None:
+            txn.build = replace(txn.start(strategy, -1), batch=txn.batch)
+            txn.state = None  # not a fenced run: nothing is pinned
         return ""
 
     @available

@@ -5,11 +5,16 @@ by it as by any conflict (a double-fired job). Delta's own idempotent writes
 (txnAppId/txnVersion) skip silently, only for increasing versions, and outlive a RESTORE
 that undid the batch: a backfill or a re-run after the fix would never write."""
 
+import json
+import posixpath
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.capture import LOOKBACK, RESETS
-from dbt.adapters.fenced_spark.fence.conflicts import Judgement
+from dbt.adapters.fenced_spark.fence.conflicts import ActionReader, Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.state import FenceState
 
@@ -33,26 +38,85 @@ def twin(state: FenceState, commit: Commit) -> bool:
     )
 
 
-def applied(state: FenceState, recent: Iterable[Commit]) -> Commit | None:
-    """This node's write of its batch that is still in the table, among the newest commits
-    (newest first): not undone by a RESTORE to a version before it, nor by a replace. A
-    RESTORE by timestamp names no version, so the search ends there, as at a replace."""
+def applied(state: FenceState, recent: Iterable[Commit], log: ActionReader) -> Commit | None:
+    """This node's write of its batch that is still whole in the table, among the newest
+    commits (newest first): not undone by a RESTORE to a version before it, nor by a replace.
+    When the fence cannot tell (a RESTORE by timestamp names no version; a later commit
+    removed a file the batch wrote, or one compacted from it: a DELETE, an UPDATE), it says
+    so and writes nothing."""
     if state.batch is None:
         return None
     lineage: int | None = None  # the newest version still in the table, below a RESTORE
+    by_timestamp: Commit | None = None
+    above: list[Commit] = []  # the commits above it still in the table, newest first
     for commit in recent:
         if lineage is not None and commit.version > lineage:
             continue
-        if commit.operation == "RESTORE":
-            lineage = commit.restored_version
-            if lineage is None:
-                return None
-            continue
         if twin(state, commit):
+            if by_timestamp is not None:
+                raise DbtRuntimeError(uncertain(state, commit, by_timestamp, RESTORED))
+            touched = _touched(log, state, commit, above[::-1])
+            if touched is not None:
+                raise DbtRuntimeError(uncertain(state, commit, touched, REMOVED))
             return commit  # a first run or full refresh of this batch is one of its writes
+        above.append(commit)
+        if commit.operation == "RESTORE":
+            if commit.restored_version is None:
+                by_timestamp = by_timestamp or commit
+            else:
+                lineage = commit.restored_version
+            continue
         if commit.operation in RESETS:
             return None
     return None
+
+
+def _touched(
+    log: ActionReader, state: FenceState, commit: Commit, above: list[Commit]
+) -> Commit | None:
+    """The first commit above the batch's that removed one of its files with a data change,
+    following the files through compactions (dataChange false) to the files they wrote."""
+    if not above:
+        return None
+    versions = [commit.version, *(c.version for c in above)]
+    lines = log.actions(state.table, versions)
+    written = _file_actions(lines.get(commit.version) or [])
+    files = {path for kind, path, _ in written if kind == "add"}
+    for later in above:
+        actions = _file_actions(lines.get(later.version) or [])
+        removed = {(path, change) for kind, path, change in actions if kind == "remove"}
+        if any(change for path, change in removed if path in files):
+            return later
+        if any(path in files for path, _ in removed):  # compacted: its rows moved on
+            files |= {path for kind, path, _ in actions if kind == "add"}
+    return None
+
+
+def _file_actions(lines: Iterable[str]) -> list[tuple[str, str, bool]]:
+    found = []
+    for line in lines:
+        if not line.strip():
+            continue
+        for kind, body in json.loads(line).items():
+            if kind in ("add", "remove"):
+                path = unquote(posixpath.basename(str(body["path"])))
+                found.append((kind, path, body.get("dataChange", True) is not False))
+    return found
+
+
+RESTORED = "restored the table by timestamp, which names no version"
+REMOVED = "removed rows of a file the batch wrote"
+
+
+def uncertain(state: FenceState, commit: Commit, later: Commit, what: str) -> str:
+    return (
+        f"Fenced {state.strategy} into {state.display} ({state.node}) not run: its batch "
+        f"{state.batch!r} (fence_batch_id) was committed as {commit.describe()}, and "
+        f"{later.describe()} {what}: the fence cannot tell whether the batch is still whole "
+        "in the table, so it neither applies the batch again nor skips it. Inspect "
+        f"`DESCRIBE HISTORY {state.display}` and the table. If the batch is in the table, "
+        "there is nothing to do. To apply it again, give the run another fence_batch_id."
+    )
 
 
 def applied_by(state: FenceState, judged: Iterable[Judgement]) -> Commit | None:
@@ -71,9 +135,9 @@ def no_retry(state: FenceState, report: "FenceReport") -> str | None:
 
 
 def batch_id(value: object) -> str | None:
-    """The configured batch as the tag records it: `2026-01-02` and 20260102 alike as text;
-    validate.sql refuses anything else before this is asked."""
+    """The configured batch as the tag records it, as text (20260102 and "20260102" are one
+    batch); validate.sql refuses anything else before this is asked."""
     if value is None or isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
-    text = str(value).strip()
-    return text or None
+    text = str(value)
+    return text if text.strip() else None

@@ -55,7 +55,8 @@ def check_earlier_runs(
     commit whose check fails: refuse to build on it. Newest first, stopping at the node's
     newest commit, a replace, or LOOKBACK commits back. A RESTORE to version T makes the
     table version T's: the commits between T and it are not in the table, the search goes on
-    from T (a RESTORE that undid only later commits leaves the unverified one in force)."""
+    from T (a RESTORE that undid only later commits leaves the unverified one in force). A
+    RESTORE by timestamp undoes nothing here: the fence cannot tell what it undid."""
     after: list[Commit] = []
     lineage: int | None = None  # the newest version still in the table, below a RESTORE
     for commit in recent if recent is not None else fence.log.recent(state.table, LOOKBACK):
@@ -68,6 +69,10 @@ def check_earlier_runs(
             lineage = restored
             after.append(commit)
             continue
+        if commit.operation == "RESTORE" and (tag is None or tag.node != state.node):
+            # By timestamp: it names no version, so nothing below it is taken as undone.
+            after.append(commit)
+            continue
         if commit.operation in RESETS:
             return
         if (
@@ -78,39 +83,57 @@ def check_earlier_runs(
         ):
             after.append(commit)
             continue
-        held = tag.holds(commit)
-        if tag.step not in OWN_STEPS or held is None:
-            return  # that run reached its verdict (revert, post-hook)
-        overtaken = _overtaken(fence, state, tag, commit) if held else None
-        if held and overtaken is None:
-            return  # its commit holds
-        if commit.version in accepted:
+        if tag.step not in OWN_STEPS or tag.expected_version is None:
+            return  # that run reached its verdict (revert, post-hook), or an old tag
+        if tag.scope is not None and not tag.strict:
+            conflict = _scoped_conflict(fence, state, tag, commit)
+            if conflict is None:
+                return  # its commit holds
+            if commit.version in accepted:
+                return
+            raise FenceUnresolved(
+                state.strategy,
+                state.display,
+                commit,
+                _below(fence, state, tag, commit),
+                after[::-1],
+                conflict,
+            )
+        if tag.holds(commit) or commit.version in accepted:
             return
-        assert tag.expected_version is not None
-        before = [
-            c
-            for c in fence.commits_since(state.table, tag.expected_version)
-            if c.version < commit.version
-        ]
-        if overtaken is None and _held_over_unrecorded(fence, state, tag, commit, before):
+        before = _below(fence, state, tag, commit)
+        if _held_over_unrecorded(fence, state, tag, commit, before):
             return
-        raise FenceUnresolved(state.strategy, state.display, commit, before, after[::-1], overtaken)
+        raise FenceUnresolved(state.strategy, state.display, commit, before, after[::-1])
 
 
-def _overtaken(fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit) -> str | None:
-    """A write Delta committed above commits that landed while it ran: its run's verification
-    judged them, but a verdict is not in the log. Judged again by the scope its tag records:
-    the first conflict, or None."""
-    if tag.strict or tag.scope is None or commit.read_version is None:
-        return None
-    if commit.read_version >= commit.version - 1:
-        return None
+def _below(fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit) -> list[Commit]:
+    """The commits between the version `commit` had to build on and itself."""
+    assert tag.expected_version is not None
+    return [
+        c
+        for c in fence.commits_since(state.table, tag.expected_version)
+        if c.version < commit.version
+    ]
+
+
+def _scoped_conflict(
+    fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit
+) -> str | None:
+    """A write Delta may commit above others (a MERGE, an append or replace under snapshot
+    isolation) records what it read and writes. Its run's verification judged every commit
+    between its expected version and its own, but a verdict is not in the log: judged again
+    here by the recorded scope, whether the commit landed before the write's snapshot or
+    while it ran. The first conflict, or None."""
+    assert tag.expected_version is not None and tag.scope is not None
+    if commit.read_version is None or commit.read_version < tag.expected_version:
+        return f"it read v{commit.read_version}, before the version it was checked against"
+    if commit.version == tag.expected_version + 1:
+        return None  # nothing in between: no read of the log
     gap = [
         c
-        for c in fence.commits_since(state.table, commit.read_version)
-        if c.version < commit.version
-        and c.version not in tag.tolerated
-        and not (c.tag is not None and tag.same_run(c.tag))
+        for c in _below(fence, state, tag, commit)
+        if c.version not in tag.tolerated and not (c.tag is not None and tag.same_run(c.tag))
     ]
     if not gap:
         return None

@@ -347,10 +347,15 @@ class FenceUnresolved(DbtRuntimeError):
         if tag.tolerated:
             judged = ", ".join(f"v{v}" for v in tag.tolerated)
             base += f" or the commits its run judged no conflict ({judged})"
-        if overtaken:
+        if overtaken and (commit.read_version or 0) < commit.version - 1:
             check = (
                 f"it read v{commit.read_version}, and Delta committed it above a commit that "
                 f"landed while it ran and conflicts with it ({overtaken})"
+            )
+        elif overtaken:
+            check = (
+                f"it read v{commit.read_version}, above a commit that landed after "
+                f"v{tag.expected_version} and conflicts with it ({overtaken})"
             )
         elif tag.strict:
             check = f"it had to directly follow {base}, and it followed v{commit.read_version}"

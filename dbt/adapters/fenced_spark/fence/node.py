@@ -64,8 +64,8 @@ class NodeTransaction:
     # one already: then nothing of the node writes the target (fence/batch.py).
     batch: str | None = None
     applied: Commit | None = None
-    # What puts the session's userMetadata back after a tagged first run (fence_tag_build).
-    untag: str | None = None
+    # A first run or full refresh with fence_batch_id: what tags its CREATE (fence_tag_build).
+    build: FenceState | None = None
 
     def action(self, sql: str) -> str | None:
         if self.unfenced or self.phase not in _ACTING:

@@ -313,7 +313,7 @@ class Fence:
         capture.check_earlier_runs(self, state, accepted, recent)
 
     def batch_applied(self, state: FenceState, recent: Iterable[Commit]) -> Commit | None:
-        return batch.applied(state, recent)
+        return batch.applied(state, recent, self.log)
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         return capture.latest_version(self, table, known)

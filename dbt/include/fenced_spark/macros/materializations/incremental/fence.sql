@@ -64,7 +64,7 @@
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
   {%- do adapter.fence_stage(this, staging, compiled_code) -%}
-  {%- if settings.strategy in ['merge', 'insert'] -%}
+  {%- if settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
 

@@ -8,8 +8,15 @@
     {{ node_name }}: a fenced snapshot needs a Delta table, but `file_format` is '{{ file_format }}'.
     Remove `file_format` (delta is the default) or set it to 'delta'; to run this snapshot unfenced on another format, set `fenced: false`.
   {%- endset %}
+  {% set batch_msg -%}
+    {{ node_name }}: `fence_batch_id` is for incremental models: a snapshot records each change of its source once, so running it again never applies a change twice.
+    Remove `fence_batch_id`.
+  {%- endset %}
   {%- if common.fenced and file_format != 'delta' -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
+  {%- endif -%}
+  {%- if config.get('fence_batch_id') is not none -%}
+    {% do exceptions.raise_compiler_error(batch_msg) %}
   {%- endif -%}
   {{ return(common) }}
 {% endmacro %}
