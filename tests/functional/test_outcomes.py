@@ -6,7 +6,7 @@ import os
 import shutil
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.fenced_spark import impl
 from tests.functional.lakehouse import ForeignAroundWrite, ForeignWriter, history, ours, rows
@@ -108,3 +108,28 @@ class TestGreenVerdictHoldsAtTheNextRun:
             rows(spark, f"select ds, count(*) from {table} group by ds order by ds")
             == (expected[model])
         )
+
+
+UNFENCED = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          fenced=false) }}
+select id, '{{ var("ds", "d1") }}' as ds from range(3)
+"""
+
+
+class TestUnfencedSaysSo:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"unfenced.sql": UNFENCED}
+
+    def test_an_unfenced_run_says_so_and_commits_untagged(self, project, spark):
+        table = f"{project.test_schema}.unfenced"
+        run_dbt(["run"])
+        _, output = run_dbt_and_capture(["run", "--vars", json.dumps({"ds": "d2"})])
+        assert (
+            f"fenced_spark: {table} runs unfenced (fenced: false): dbt-spark's merge, with no "
+            "check of the version it read"
+        ) in output
+        merge = history(spark, table)[-1]
+        assert merge.operation == "MERGE" and merge.tag is None
+        assert rows(spark, f"select distinct ds from {table}") == [("d2",)]

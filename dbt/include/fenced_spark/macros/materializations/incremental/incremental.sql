@@ -10,6 +10,9 @@
     {{ fence_tag_batch_build(settings) }}
     {{ return(materialization_incremental_spark()) }}
   {%- endif -%}
+  {%- if config.get('fenced', true) is false and existing_relation is not none and not should_full_refresh() -%}
+    {{ log("fenced_spark: " ~ this ~ " runs unfenced (fenced: false): dbt-spark's " ~ settings.configured_strategy ~ ", with no check of the version it read", info=true) }}
+  {%- endif -%}
   {%- if not settings.fenced or existing_relation is none or should_full_refresh() -%}
     {#-- first run, full refresh, fenced: false or an unfenced strategy: dbt-spark as is; a
          batch's first run or full refresh is that batch's write --#}
