@@ -133,3 +133,32 @@ class TestUnfencedSaysSo:
         merge = history(spark, table)[-1]
         assert merge.operation == "MERGE" and merge.tag is None
         assert rows(spark, f"select distinct ds from {table}") == [("d2",)]
+
+
+READS_ITSELF = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
+select id, '{{ var("ds", "d1") }}' as ds from range(3)
+{% if is_incremental() %}
+where id >= (select count(*) - 3 from {{ this }})
+{% endif %}
+"""
+
+
+class TestTargetRunHoldsWhatRan:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"pinned.sql": READS_ITSELF}
+
+    def test_the_run_file_holds_the_pinned_staging_and_the_write(self, project, spark):
+        table = f"{project.test_schema}.pinned"
+        run_dbt(["run"])
+        vb = history(spark, table)[-1].version
+        run_dbt(["run", "--vars", json.dumps({"ds": "d2"})])
+        path = os.path.join(project.project_root, "target", "run", "test", "models", "pinned.sql")
+        with open(path) as f:
+            ran = f.read()
+        assert f"-- dbt-fenced-spark: fenced merge into {table} (model.test.pinned)" in ran
+        assert f"VERSION AS OF {vb}" in ran  # the model SQL as it ran, pinned
+        assert "create or replace temporary view" in ran.lower()
+        assert f"merge into {table}" in ran.lower()
+        assert history(spark, table)[-1].operation == "MERGE"

@@ -515,11 +515,11 @@ class FencedSparkAdapter(SparkAdapter):
     def fence_stage(
         self, relation: FencedSparkRelation, staging: FencedSparkRelation, compiled_code: str
     ) -> str:
-        """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view."""
+        """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view; the
+        statement that made it, for target/run."""
         txn = self._node()
         txn.phase = Phase.MODEL
-        self._stage(relation, staging, compiled_code, txn.state)  # type: ignore[arg-type]
-        return ""
+        return self._stage(relation, staging, compiled_code, txn.state)  # type: ignore[arg-type]
 
     def _stage(
         self,
@@ -527,7 +527,7 @@ class FencedSparkAdapter(SparkAdapter):
         staging: FencedSparkRelation,
         compiled_code: str,
         state: FenceState,
-    ) -> None:
+    ) -> str:
         pinned = pin_self_reads(
             compiled_code,
             str(relation.schema),
@@ -545,6 +545,7 @@ class FencedSparkAdapter(SparkAdapter):
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
             self._fence().precheck(state)
             raise
+        return str(view_sql)
 
     @available
     def fence_phase(self, phase: str) -> str:

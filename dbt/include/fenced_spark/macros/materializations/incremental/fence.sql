@@ -63,7 +63,7 @@
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- do adapter.fence_stage(this, staging, compiled_code) -%}
+  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code) -%}
   {%- if settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
@@ -73,6 +73,8 @@
 
   {#-- 4-7. pre-check, tagged write, verify, revert on violation --#}
   {%- set write_sql = fence_write_sql(settings.strategy, staging, this, settings) -%}
+  {#-- target/run: what ran, as dbt's statement('main') writes it for stock's models --#}
+  {%- do write(fence_run_file(staged_sql, write_sql, settings)) -%}
   {%- set response = adapter.fence_write(
       write_sql, this, staging, compiled_code, settings.fence_retries,
       fence_conflict_scope(settings)) -%}
@@ -85,4 +87,15 @@
   {%- do adapter.fence_phase('post_hook') -%}
   {{ run_hooks(post_hooks) }}
   {{ return({'relations': [this]}) }}
+{% endmacro %}
+
+
+{% macro fence_run_file(staged_sql, write_sql, settings) %}
+  {%- set header -%}
+-- dbt-fenced-spark: fenced {{ settings.strategy }} into {{ this }} ({{ model.unique_id }}).
+-- The fence read the table's Delta log before this (vB, earlier runs, the pre-check) and reads
+-- it again after the write (verification); its statements are in logs/dbt.log. The model SQL
+-- below reads {{ this }} pinned to the version it captured. See docs/fence.md.
+  {%- endset -%}
+  {{ return(header ~ "\n" ~ staged_sql | trim ~ ";\n\n" ~ write_sql | trim ~ "\n") }}
 {% endmacro %}
