@@ -2,6 +2,7 @@
 that committed and then failed is reported committed, and its re-run does not double it."""
 
 import json
+import logging
 import os
 import shutil
 
@@ -162,3 +163,29 @@ class TestTargetRunHoldsWhatRan:
         assert "create or replace temporary view" in ran.lower()
         assert f"merge into {table}" in ran.lower()
         assert history(spark, table)[-1].operation == "MERGE"
+
+
+class TestSparkErrorsStayOffTheConsole:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "broken.sql": "{{ config(materialized='table') }}\n"
+            "select cast(raise_error('the model failed') as int) as id"
+        }
+
+    @pytest.mark.skip_profile(
+        "thrift",
+        "connect",
+        reason="the session's own pyspark logs them; test_connect.py checks the client's",
+    )
+    def test_a_failing_model_prints_no_spark_log_line(self, project, capfd):
+        capfd.readouterr()
+        result = run_dbt(["run"], expect_pass=False).results[0]
+        assert "TASK_WRITE_FAILED" in result.message
+        console = capfd.readouterr()
+        assert "SQLQueryContextLogger" not in console.out + console.err
+        handlers = logging.getLogger("SQLQueryContextLogger").handlers
+        files = [h for h in handlers if isinstance(h, logging.FileHandler)]
+        assert files and not [h for h in handlers if type(h) is logging.StreamHandler]
+        with open(files[-1].baseFilename) as log:  # the session's logs/spark.log
+            assert "TASK_WRITE_FAILED" in log.read().rsplit("SQLQueryContextLogger", 1)[-1]

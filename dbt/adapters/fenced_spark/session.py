@@ -4,6 +4,7 @@ One JVM and one root SparkSession per process; every dbt connection gets its own
 `newSession()`, so SQL confs (the fence's userMetadata) and temp views never cross threads.
 """
 
+import logging
 import os
 import re
 import threading
@@ -189,10 +190,25 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = SparkSession.builder.config(conf=conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    log_query_errors_to(log_path)
     resolved = dict(conf.getAll()).get("spark.jars.packages") == creds.delta_package
     if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
         _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
     return session
+
+
+def log_query_errors_to(log_path: str) -> None:
+    """pyspark logs every error it converts (the adapter's own expected ones too) as a JSON line
+    with the JVM stack, on stderr; the error reaches the user once, through dbt. The lines go
+    to the session's log instead."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        errors = PySparkLogger.getLogger(name)
+        for handler in list(errors.handlers):
+            errors.removeHandler(handler)
+        errors.addHandler(logging.FileHandler(log_path))
+        errors.propagate = False
 
 
 def root_session(creds: "FencedSparkCredentials") -> "SparkSession":
