@@ -395,9 +395,12 @@ class FencedSparkAdapter(SparkAdapter):
                 # Before our first commit: an earlier run's unverified commit must not be
                 # buried under it (fence_begin's check stops at the node's own commits), and
                 # a batch already applied must not be touched (fence_begin then says so).
-                recent = list(fence.log.recent(txn.table, LOOKBACK))
-                fence.check_earlier_runs(txn.state, txn.accepted, iter(recent))
-                txn.applied = fence.batch_applied(txn.state, recent)
+                # Only a batch id needs the whole window: the earlier-runs search stops early.
+                recent = list(fence.log.recent(txn.table, LOOKBACK)) if txn.batch else None
+                fence.check_earlier_runs(
+                    txn.state, txn.accepted, iter(recent) if recent is not None else None
+                )
+                txn.applied = fence.batch_applied(txn.state, recent or ())
                 txn.checked = True
             if txn.applied is not None:
                 return AdapterResponse(_message="SKIPPED"), empty_table()
