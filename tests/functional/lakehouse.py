@@ -5,6 +5,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +46,14 @@ def ours(entries: list[HistoryEntry], step: str = "write") -> list[HistoryEntry]
 
 def rows(spark, sql: str) -> list[tuple]:
     return [tuple(r) for r in spark.sql(sql).collect()]
+
+
+def response_of(project, name: str) -> dict:
+    """The node's adapter_response as target/run_results.json records it."""
+    path = Path(project.project_root) / "target" / "run_results.json"
+    results = json.loads(path.read_text())["results"]
+    [found] = [r for r in results if r["unique_id"].endswith(f".{name}")]
+    return found["adapter_response"]
 
 
 def max_concurrent(spans) -> int:

@@ -27,6 +27,7 @@ from tests.functional.lakehouse import (
     history,
     long_spark_job,
     ours,
+    response_of,
     rows,
 )
 from tests.functional.test_merge_races import ORDERS
@@ -351,6 +352,16 @@ class TestErrorsCatalogue:
         after = self.landed_after(spark, table, vb)
         assert [(e.operation, e.tag) for e in after] == [("UPDATE", None)]  # the race fired
         assert our_write(message_of(results)).startswith("never written")
+        assert response_of(project, "overtaken") == {
+            "_message": "MERGE refused",
+            "fence_outcome": "never_written",
+            "read_version": vb,
+            "landed": [after[0].version],
+            "conflicts": [after[0].version],
+            "tolerated": [],
+            "steps": [],
+            "standing": [],
+        }
         catalogue("E201", message_of(results))
         assert rows(spark, f"select status from {table} order by id") == [
             ("cancelled",),
@@ -428,6 +439,14 @@ class TestErrorsCatalogue:
         assert our_write(message_of(results)).startswith(
             f"written as v{after[1].version}, then reverted by RESTORE (v{after[2].version})"
         )
+        response = response_of(project, "reverted")
+        assert response["fence_outcome"] == "written_and_reverted"
+        assert (response["read_version"], response["conflicts"]) == (vb, [after[0].version])
+        assert (response["commit_version"], response["revert_version"]) == (
+            after[1].version,
+            after[2].version,
+        )
+        assert response["standing"] == []
         catalogue("E204", message_of(results))
         assert rows(spark, f"select id, status from {table} order by id") == [
             (1, "cancelled"),
@@ -453,6 +472,13 @@ class TestErrorsCatalogue:
         assert our_write(message_of(results)).startswith(
             f"written as v{after[1].version} and NOT reverted"
         )
+        response = response_of(project, "not_reverted")
+        assert response["fence_outcome"] == "written_not_reverted"
+        assert (response["commit_version"], response["conflicts"]) == (
+            after[1].version,
+            [after[0].version],
+        )
+        assert response["standing"] == [after[1].version] and "revert_version" not in response
         catalogue("E205", message_of(results))
         assert rows(spark, f"select id, status from {table} order by id") == [
             (1, "shipped"),
@@ -474,6 +500,12 @@ class TestErrorsCatalogue:
         steps = [(e.operation, e.tag and e.tag["step"]) for e in after]
         assert steps == [("DELETE", "pre_hook"), ("WRITE", None)]
         catalogue("E212", message_of(results))
+        # The response says the same as the message: never written, but our DELETE stands.
+        response = response_of(project, "reloaded")
+        assert response["fence_outcome"] == "never_written"
+        assert response["steps"] == [f"v{after[0].version} DELETE (pre_hook)"]
+        assert response["standing"] == [after[0].version]
+        assert response["conflicts"] == [after[1].version]
         # As the message says: our DELETE stands, and their row.
         assert rows(spark, f"select id, status from {table} order by id") == [
             (1, "open"),
@@ -551,6 +583,8 @@ class TestErrorsCatalogue:
         assert [(e.version, e.tag and e.tag["batch"]) for e in after] == [(vb + 1, "2026-01-02")]
         message = message_of(results)
         assert our_write(message).startswith("never written")
+        response = response_of(project, "double_fired")
+        assert (response["fence_outcome"], response["conflicts"]) == ("never_written", [vb + 1])
         assert rows(spark, f"select ds, count(*) from {table} group by ds order by ds") == [
             ("2026-01-01", 2),
             ("2026-01-02", 2),
@@ -577,6 +611,13 @@ class TestErrorsCatalogue:
             ("UPDATE", None),
             ("MERGE", "write"),
         ]  # nothing of the refused run
+        assert response_of(project, "crashed") == {
+            "_message": "MERGE refused",
+            "fence_outcome": "earlier_run_unresolved",
+            "read_version": after[1].version,
+            "unresolved_version": after[1].version,
+            "conflicts": [after[0].version],
+        }
         catalogue("E213", message_of(results))
         # A RESTORE that undoes only a later commit leaves that commit in the table: the
         # next run is still refused, naming it.
@@ -629,7 +670,10 @@ class TestErrorsCatalogue:
 
     @produces("E208")
     def test_target_dropped(self, project, spark, monkeypatch, catalogue):
-        table, _, results = self.raced(project, spark, monkeypatch, "dropped", ["drop table {t}"])
+        table, vb, results = self.raced(project, spark, monkeypatch, "dropped", ["drop table {t}"])
+        response = response_of(project, "dropped")
+        assert (response["fence_outcome"], response["read_version"]) == ("never_written", vb)
+        assert (response["table_gone"], response["conflicts"]) == ("dropped", [])
         catalogue("E208", message_of(results))
         assert not table_exists(spark, table)
 
@@ -666,7 +710,7 @@ class TestErrorsCatalogue:
 
     @produces("E211")
     def test_history_unreadable_after_the_write(self, project, spark, monkeypatch, catalogue):
-        table, _ = self.fresh(project, spark, "unverified")
+        table, vb = self.fresh(project, spark, "unverified")
         runners = self.around_the_write(
             monkeypatch, spark, lambda _: "select 1", after=f"drop table {table}"
         )
@@ -674,6 +718,11 @@ class TestErrorsCatalogue:
         results = run_dbt(["run", "--select", "unverified", *race], expect_pass=False)
         assert sum(r.fired for r in runners) == 1
         assert not table_exists(spark, table)  # dropped between our write and its verification
+        assert response_of(project, "unverified") == {
+            "_message": "MERGE unverified",
+            "fence_outcome": "unverified",
+            "read_version": vb,
+        }
         catalogue("E211", message_of(results))
 
     # -- E3xx: Delta refuses the write ---------------------------------------------------------
@@ -686,6 +735,13 @@ class TestErrorsCatalogue:
         results = run_dbt(["run", "--select", "dupes"], expect_pass=False)
         catalogue("E301", message_of(results))
         assert history(spark, table) == before
+        assert response_of(project, "dupes") == {
+            "_message": "MERGE failed",
+            "fence_outcome": "never_written",
+            "read_version": before[-1].version,
+            "steps": [],
+            "standing": [],
+        }
 
     @produces("E302")
     def test_rows_outside_replace_where(self, project, spark, catalogue):

@@ -17,6 +17,7 @@ from tests.functional.lakehouse import (
     history,
     long_spark_job,
     ours,
+    response_of,
     rows,
 )
 
@@ -69,6 +70,7 @@ class TestFencedMerge(MergeRaceBase):
         assert response["read_version"] == vb
         assert response["commit_version"] == vb + 1
         assert response["fence_outcome"] == "committed"
+        assert response_of(project, "orders") == response
         assert rows(spark, f"select * from {table} order by id") == [
             (1, "shipped", 11),
             (2, "open", 20),
@@ -86,6 +88,7 @@ class TestFencedMerge(MergeRaceBase):
         results = run_dbt(["run", *dbt_vars(empty=True)])
         response = results.results[0].adapter_response
         assert response["fence_outcome"] == "no_change"
+        assert response_of(project, "orders") == response  # as run_results.json holds it
         assert response["read_version"] == before[-1].version
         assert response.get("commit_version") is None
         assert history(spark, table) == before

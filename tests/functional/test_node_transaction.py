@@ -140,7 +140,8 @@ class TestPreHookReload:
     @pytest.mark.parametrize("strategy", ["append_if_unchanged", "merge"])
     def test_delete_then_insert_is_green_and_exact(self, project, spark, strategy):
         table, vb = self.start(project, spark, strategy)
-        results = run(strategy=strategy, round=1)
+        dbt_vars = json.dumps({"strategy": strategy, "round": 1})
+        results, output = run_dbt_and_capture(["run", "--vars", dbt_vars])
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == [
             "DELETE",
@@ -155,6 +156,10 @@ class TestPreHookReload:
         assert write.read_version == delete.version  # the write continued from our DELETE
         assert results.results[0].adapter_response["read_version"] == vb
         assert results.results[0].adapter_response["commit_version"] == write.version
+        # The log line and the response name the step's commit between vB and the write.
+        step = f"v{delete.version} DELETE (pre_hook)"
+        assert f"read v{vb} -> {step}, committed v{write.version}" in output
+        assert results.results[0].adapter_response["steps"] == [step]
         assert rows(spark, f"select id, round from {table} order by id") == [
             (i, 0 if i < 5 else 1) for i in range(10)
         ]

@@ -10,7 +10,14 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.fenced_spark import impl
-from tests.functional.lakehouse import ForeignAroundWrite, ForeignWriter, history, ours, rows
+from tests.functional.lakehouse import (
+    ForeignAroundWrite,
+    ForeignWriter,
+    history,
+    ours,
+    response_of,
+    rows,
+)
 
 APPENDED = """
 {{ config(materialized='incremental', incremental_strategy='append_if_unchanged') }}
@@ -46,6 +53,12 @@ class TestPostCommitHookFailure:
         assert f"the write committed as v{after[0].version} (verified: based on v{vb})" in message
         assert "DELTA_POST_COMMIT_HOOK_FAILED" in message or "manifest" in message.lower()
         assert f"committed as v{after[0].version}; it stands" in message
+        assert response_of(project, "manifested") == {
+            "_message": "APPEND_IF_UNCHANGED committed_then_failed",
+            "fence_outcome": "committed_then_failed",
+            "read_version": vb,
+            "commit_version": after[0].version,
+        }
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
@@ -90,14 +103,20 @@ class TestGreenVerdictHoldsAtTheNextRun:
             return runners[-1]
 
         monkeypatch.setattr(impl, "FenceSql", runner)
-        raced = run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d2"})])
+        run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d2"})])
         monkeypatch.undo()
         assert sum(r.fired for r in runners) == 1
         entries = history(spark, table)
         foreign_commit, our_write = entries[-2], entries[-1]
         assert foreign_commit.tag is None and our_write.tag["step"] == "write"
         assert our_write.read_version == foreign_commit.version  # read above the foreign commit
-        assert raced.results[0].adapter_response["fence_outcome"] == "committed"
+        response = response_of(project, model)
+        assert (response["fence_outcome"], response["commit_version"]) == (
+            "committed",
+            our_write.version,
+        )
+        [tolerated] = response["tolerated"]
+        assert tolerated.startswith(f"v{foreign_commit.version} WRITE: ")
 
         after = run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d3"})])
         assert after.results[0].adapter_response["fence_outcome"] == "committed"

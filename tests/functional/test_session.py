@@ -1,5 +1,8 @@
 """The embedded session: delta by default, isolated connections, dbt debug."""
 
+import os
+import re
+
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
@@ -47,10 +50,14 @@ class TestConnectionsAreIsolated:
 
 
 class TestDebug:
-    def test_dbt_debug_reports_spark_and_delta(self, project):
+    def test_dbt_debug_reports_spark_and_delta(self, project, dbt_profile_target):
         _, output = run_dbt_and_capture(["debug"])
         assert "All checks passed" in output
         assert "Spark 4.1" in output and "Delta Lake 4." in output
+        if dbt_profile_target["method"] == "session":  # a server's jars are its own
+            found = re.search(r"Delta's jars: (\d+) jars, \d+ MB, in (\S+)", output)
+            assert found and int(found.group(1)) > 1
+            assert any(name.startswith("io.delta_delta-spark") for name in os.listdir(found[2]))
 
 
 class TestReplaceWhereRowsOutsideThePredicate:

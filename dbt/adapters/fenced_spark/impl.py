@@ -1,3 +1,4 @@
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,9 +27,9 @@ from dbt.adapters.fenced_spark.fence.batch import batch_id
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.errors import (
-    FenceCommittedThenFailed,
-    FenceUnverified,
+    FenceError,
     FenceViolation,
+    FenceWriteRefused,
     Outcome,
     engine_message,
     first_lines,
@@ -65,6 +66,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     statement_kind,
 )
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
+from dbt.adapters.fenced_spark.run_results import FenceResponses
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
@@ -91,6 +93,8 @@ class FencedAdapterResponse(AdapterResponse):
     fence_outcome: str | None = None
     # Foreign commits after vB that the write committed over, each with why it could.
     tolerated: list[str] | None = None
+    # The node's own commits before its write: `v1 DELETE (pre_hook)`.
+    steps: list[str] | None = None
 
 
 class FenceSql:
@@ -175,6 +179,23 @@ def run_batch(value: object) -> str | None:
     return batch_id(value)
 
 
+def records_failure(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A fence error raised here keeps its response for run_results.json (run_results.py)."""
+
+    @functools.wraps(method)
+    def recorded(self: "FencedSparkAdapter", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except FenceError as failed:
+            txn = self._txn()
+            if txn is not None:
+                read = {"read_version": txn.state.read_version} if txn.state else {}
+                self._responses.record(txn.node, {**read, **failed.response})
+            raise
+
+    return recorded
+
+
 def builds(sql: str, txn: NodeTransaction) -> bool:
     """dbt-spark's CREATE [OR REPLACE] TABLE of the node's target, on a first run or rebuild."""
     verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
@@ -192,6 +213,7 @@ class FencedSparkAdapter(SparkAdapter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._nodes = threading.local()
+        self._responses = FenceResponses()
         # dbt builds the adapter before it parses the project: the JVM starts meanwhile.
         if self.config.credentials.method == SparkConnectionMethod.SESSION:
             session.start_early(self.config.credentials, dbt_command())
@@ -252,6 +274,16 @@ class FencedSparkAdapter(SparkAdapter):
             if txn is not None:
                 self._nodes.txn = outer
 
+    def cleanup_connections(self) -> None:
+        # dbt cleans up once before it writes run_results.json and once after: the second
+        # call fills in the fenced nodes' responses dbt left empty. `dbt debug` has no project.
+        try:
+            super().cleanup_connections()
+        finally:
+            target = getattr(self.config, "project_target_path", None)
+            if target:
+                self._responses.write(target, str(get_invocation_id()))
+
     def _txn(self) -> NodeTransaction | None:
         return getattr(self._nodes, "txn", None)
 
@@ -307,11 +339,15 @@ class FencedSparkAdapter(SparkAdapter):
         )
         spark, delta = table.rows[0]
         logger.info(f"Spark {str(spark).split()[0]}, Delta Lake {delta}")
+        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
+            logger.info(f"Delta's jars: {session.jars_summary(handle.spark)}")
 
     def _fence(self) -> Fence:
         runner = FenceSql(self.connections)
         return Fence(runner, self.connections.single_attempt, log=runner.log())
 
+    @records_failure
     def execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
@@ -433,6 +469,7 @@ class FencedSparkAdapter(SparkAdapter):
         return txn
 
     @available
+    @records_failure
     def fence_begin(
         self,
         relation: FencedSparkRelation,
@@ -515,6 +552,7 @@ class FencedSparkAdapter(SparkAdapter):
         )
 
     @available
+    @records_failure
     def fence_stage(
         self, relation: FencedSparkRelation, staging: FencedSparkRelation, compiled_code: str
     ) -> str:
@@ -558,6 +596,7 @@ class FencedSparkAdapter(SparkAdapter):
         return ""
 
     @available
+    @records_failure
     def fence_write(
         self,
         sql: str,
@@ -601,23 +640,26 @@ class FencedSparkAdapter(SparkAdapter):
         txn.state = replace(state, read_version=result.read_version, attempt=result.attempt)
         over = [j.describe() for j in result.tolerated]
         tolerated = f" over {'; '.join(over)}" if over else ""
+        steps = result.step_names()
+        # The node's own step commits sit between vB and the write: named, so that no
+        # version in the history is unaccounted for (README, What you can inspect).
+        read = f"read v{result.read_version}" + "".join(f" -> {s}" for s in steps)
         if result.outcome == Outcome.COMMITTED:
-            logger.info(
-                f"fenced {state.strategy} into {state.display}: "
-                f"read v{result.read_version} -> committed v{result.commit_version}{tolerated}"
-            )
+            outcome = f"{',' if steps else ' ->'} committed v{result.commit_version}"
         else:
-            logger.info(
-                f"fenced {state.strategy} into {state.display}: "
-                f"read v{result.read_version}, no change, nothing committed{tolerated}"
-            )
-        return FencedAdapterResponse(
+            outcome = ", no change, nothing" + (" more" if steps else "") + " committed"
+        logger.info(f"fenced {state.strategy} into {state.display}: {read}{outcome}{tolerated}")
+        response = FencedAdapterResponse(
             _message=f"{state.strategy.upper()} {result.outcome.value}",
             read_version=result.read_version,
             commit_version=result.commit_version,
             fence_outcome=result.outcome.value,
             tolerated=over,
+            steps=steps or None,
         )
+        # A post-hook or grant failing after this commit leaves dbt's response empty.
+        self._responses.record(txn.node, response.to_dict(omit_none=True))
+        return response
 
     def _fenced_run(
         self,
@@ -631,15 +673,26 @@ class FencedSparkAdapter(SparkAdapter):
             return self._fence().run(
                 state, sql, retries=retries, restage=restage, no_retry=no_retry
             )
-        except (FenceViolation, FenceUnverified, FenceCommittedThenFailed):
+        except FenceError:
             raise
         except DbtRuntimeError as exc:
             # Delta's own refusal (duplicate source keys, rows outside replace_where), and no
             # commit of ours in the log: say which model, keep Delta's words without the stack.
-            raise DbtRuntimeError(
-                f"Fenced {state.strategy} into {state.display} ({state.node}) failed; nothing "
-                f"was written. Delta said:\n{first_lines(engine_message(exc))}"
+            raise FenceWriteRefused(
+                state, first_lines(engine_message(exc)), self._own_steps(state)
             ) from exc
+
+    def _own_steps(self, state: FenceState) -> list[Commit] | None:
+        """The node's step commits since vB (a pre-hook's DELETE); None when the log cannot
+        say which they are."""
+        if state.expected_version == state.read_version:
+            return []  # no step of ours committed: the next commit had to follow vB
+        fence = self._fence()
+        try:
+            commits = fence.commits_since(state.table, state.read_version)
+        except DbtRuntimeError:
+            return None
+        return [c for c in fence.ours(state, commits) if c.tag and c.tag.step != "write"]
 
     def _drop_staging(self, staging: FencedSparkRelation) -> None:
         # Temp views live as long as the connection; this one must not outlive the run.

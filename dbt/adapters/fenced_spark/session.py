@@ -141,6 +141,19 @@ def resolved_jars(creds: "FencedSparkCredentials") -> list[str]:
     return jars if whole and all(os.path.isfile(jar) for jar in jars) else []
 
 
+def jars_summary(spark: "SparkSession") -> str:
+    """Where the running session's jars came from, for `dbt debug`: its own conf, whatever
+    resolved them (the adapter's record, Ivy, a host process)."""
+    conf = spark.sparkContext.getConf()
+    jars = [re.sub(r"^file:(//)?", "", j) for j in conf.get("spark.jars", "").split(",") if j]
+    packages = conf.get("spark.jars.packages", "")
+    if not jars:
+        return f"{packages}, resolved by Ivy" if packages else "none added to Spark's own"
+    folders = sorted({os.path.dirname(jar) for jar in jars})
+    size = sum(os.path.getsize(jar) for jar in jars if os.path.isfile(jar)) / 1e6
+    return f"{len(jars)} jars, {size:.0f} MB, in {', '.join(folders)}"
+
+
 def _record_resolved(creds: "FencedSparkCredentials", spark_jars: str) -> None:
     ivy_jars = os.path.join(creds.jars_cache or "", "jars") + os.sep
     jars = [re.sub(r"^file:(//)?", "", jar) for jar in spark_jars.split(",") if jar]

@@ -3,11 +3,15 @@
 import textwrap
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit
+
+if TYPE_CHECKING:
+    from dbt.adapters.fenced_spark.fence.state import FenceState
 
 
 def first_lines(text: str, limit: int = 12) -> str:
@@ -52,6 +56,10 @@ class Outcome(StrEnum):
     REVERTED = "written_and_reverted"
     NOT_REVERTED = "written_not_reverted"
     ALREADY_APPLIED = "batch_already_applied"  # fence_batch_id: written by an earlier run
+    # A failed node's, in run_results.json only (README, What a run records).
+    UNVERIFIED = "unverified"
+    COMMITTED_THEN_FAILED = "committed_then_failed"
+    EARLIER_RUN_UNRESOLVED = "earlier_run_unresolved"
 
 
 def node_kind(strategy: str) -> str:
@@ -64,10 +72,14 @@ def versions(commits: list[Commit]) -> str:
     return ", ".join(f"v{c.version} {c.operation}" for c in commits)
 
 
+def step_name(commit: Commit) -> str:
+    """`v13 DELETE (pre_hook)`: one of the node's own commits, by its step."""
+    step = "auto compaction" if commit.compaction else commit.tag.step if commit.tag else "?"
+    return f"v{commit.version} {commit.operation} ({step})"
+
+
 def _listed(commits: list[Commit]) -> str:
-    return ", ".join(
-        f"v{c.version} {c.operation} ({c.tag.step if c.tag else '?'})" for c in commits
-    )
+    return ", ".join(step_name(c) for c in commits)
 
 
 @dataclass
@@ -117,6 +129,25 @@ class FenceReport:
     @property
     def nothing_of_ours_remains(self) -> bool:
         return not self.standing and not self.rolled_back and self.outcome != Outcome.NOT_REVERTED
+
+    def response(self) -> dict[str, Any]:
+        landed = [c.version for c in self.landed]
+        # Judging stops at the first conflict; Delta's own conflict, and 'version' isolation,
+        # judge none: then every commit that landed is the reason.
+        judged = [j.commit.version for j in self.judged.values() if j.conflict]
+        return {
+            "_message": f"{self.strategy.upper()} refused",
+            "fence_outcome": self.outcome.value,
+            "read_version": self.read_version,
+            "commit_version": self.our_version,
+            "revert_version": self.revert_version,
+            "landed": landed,
+            "conflicts": judged or landed,
+            "tolerated": [j.describe() for j in self.judged.values() if not j.conflict],
+            "steps": [step_name(c) for c in self.steps],
+            "standing": [c.version for c in self.standing],
+            "table_gone": self.gone.name.lower() if self.gone else None,
+        }
 
     def summary(self) -> str:
         landed = ", ".join(f"v{c.version} {c.operation}" for c in self.landed) or "a conflict"
@@ -226,12 +257,20 @@ class FenceReport:
         return "\n".join(lines)
 
 
-class FenceViolation(DbtRuntimeError):
+class FenceError(DbtRuntimeError):
+    """A fenced node's failure. dbt records an errored node's adapter_response as `{}`: each
+    subclass's `response` is what the adapter writes there instead (run_results.py)."""
+
+    response: dict[str, Any]
+
+
+class FenceViolation(FenceError):
     CODE = 10100
     MESSAGE = "Fence violation"
 
     def __init__(self, report: FenceReport) -> None:
         self.report = report
+        self.response = report.response()
         super().__init__(report.message())
 
     @property
@@ -239,7 +278,37 @@ class FenceViolation(DbtRuntimeError):
         return "Fence violation"
 
 
-class FenceUnverified(DbtRuntimeError):
+class FenceWriteRefused(FenceError):
+    """Delta refused the write statement itself (duplicate source keys, rows outside a
+    replace_where) and the log holds no commit of it: the engine's words, and the model."""
+
+    def __init__(self, state: "FenceState", words: str, steps: list[Commit] | None) -> None:
+        self.response = {
+            "_message": f"{state.strategy.upper()} failed",
+            "fence_outcome": Outcome.NEVER_WRITTEN.value,
+            "read_version": state.read_version,
+            "steps": None if steps is None else [step_name(c) for c in steps],
+            "standing": None if steps is None else [c.version for c in steps],
+        }
+        # The node's own steps (a pre-hook's DELETE) stand: never claim nothing was written.
+        if steps is None:
+            written = (
+                "its write was never written; this run's earlier steps stand (the last as "
+                f"v{state.expected_version})"
+            )
+        elif steps:
+            written = (
+                f"its write was never written; this run's earlier steps stand: {_listed(steps)}"
+            )
+        else:
+            written = "nothing was written"
+        super().__init__(
+            f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}. "
+            f"Delta said:\n{words}"
+        )
+
+
+class FenceUnverified(FenceError):
     """The write statement ran but its commit could not be read back: the run must not claim
     either outcome, so it names the commit to look for instead."""
 
@@ -261,6 +330,11 @@ class FenceUnverified(DbtRuntimeError):
             if statement is None
             else "the write statement failed after it was sent, perhaps after its commit"
         )
+        self.response = {
+            "_message": f"{strategy.upper()} {Outcome.UNVERIFIED.value}",
+            "fence_outcome": Outcome.UNVERIFIED.value,
+            "read_version": read_version,
+        }
         super().__init__(
             "\n".join(
                 [
@@ -287,7 +361,7 @@ class FenceUnverified(DbtRuntimeError):
         return "Fence verification"
 
 
-class FenceCommittedThenFailed(DbtRuntimeError):
+class FenceCommittedThenFailed(FenceError):
     """The write statement failed after its commit landed (a post-commit hook, a connection
     lost after the commit): the log shows the commit, verified; the run fails for the error,
     saying that the write stands."""
@@ -304,6 +378,12 @@ class FenceCommittedThenFailed(DbtRuntimeError):
         error: BaseException,
     ) -> None:
         self.commit_version, self.read_version = commit_version, read_version
+        self.response = {
+            "_message": f"{strategy.upper()} {Outcome.COMMITTED_THEN_FAILED.value}",
+            "fence_outcome": Outcome.COMMITTED_THEN_FAILED.value,
+            "read_version": read_version,
+            "commit_version": commit_version,
+        }
         node = node_kind(strategy)
         super().__init__(
             "\n".join(
@@ -324,7 +404,7 @@ class FenceCommittedThenFailed(DbtRuntimeError):
         return "Fence committed"
 
 
-class FenceUnresolved(DbtRuntimeError):
+class FenceUnresolved(FenceError):
     """An earlier run of this node committed, and its commit fails the fence's check with
     nothing after it that undid it: it died before its verdict, or left its write standing.
     Building on it would make that lost update silent."""
@@ -343,6 +423,12 @@ class FenceUnresolved(DbtRuntimeError):
     ) -> None:
         tag = commit.tag
         assert tag is not None and tag.expected_version is not None
+        self.response = {
+            "_message": f"{strategy.upper()} refused",
+            "fence_outcome": Outcome.EARLIER_RUN_UNRESOLVED.value,
+            "unresolved_version": commit.version,
+            "conflicts": [c.version for c in before],
+        }
         base = f"v{tag.expected_version}"
         if tag.tolerated:
             judged = ", ".join(f"v{v}" for v in tag.tolerated)

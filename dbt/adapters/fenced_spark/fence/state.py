@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, Scope, scope_json
-from dbt.adapters.fenced_spark.fence.errors import Outcome
+from dbt.adapters.fenced_spark.fence.errors import Outcome, step_name
 from dbt.adapters.fenced_spark.fence.history import NATIVE_STRATEGIES, Commit, FenceTag
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -131,3 +131,8 @@ class FenceResult:
     outcome: Outcome
     attempt: int = 1
     tolerated: tuple[Judgement, ...] = ()
+    # The node's own commits before its write (pre-hook, schema-change, compile-time steps).
+    steps: tuple[Commit, ...] = ()
+
+    def step_names(self) -> list[str]:
+        return [step_name(c) for c in self.steps]

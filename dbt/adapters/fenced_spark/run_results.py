@@ -1,0 +1,72 @@
+"""Fenced nodes' adapter_response in target/run_results.json where dbt leaves it empty.
+
+dbt records `{}` for a node that raised (a refusal, or a post-hook failing after our commit)
+and for every microbatch model, yet the fence's outcome and versions are what an orchestrator
+reading run_results.json needs most. The adapter keeps each fenced write's response and fills
+in the empty ones once dbt has written the file: dbt cleans up the adapter's connections again
+after writing it (README, What you can inspect).
+"""
+
+import json
+import os
+import threading
+from contextlib import suppress
+from typing import Any
+
+from dbt.adapters.events.logging import AdapterLogger
+
+logger = AdapterLogger("FencedSpark")
+
+FILE_NAME = "run_results.json"
+
+
+class FenceResponses:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_node: dict[str, list[dict[str, Any]]] = {}
+
+    def record(self, node: str, response: dict[str, Any]) -> None:
+        with self._lock:
+            kept = {k: v for k, v in response.items() if v is not None}
+            self._by_node.setdefault(node, []).append(kept)
+
+    def write(self, target_path: str, invocation_id: str) -> None:
+        """Fill this invocation's run_results.json; an older file (dbt has not written this
+        run's yet, or `--no-write-json`) is left alone and the responses kept."""
+        with self._lock:
+            if not self._by_node:
+                return
+            path = os.path.join(target_path, FILE_NAME)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    results = json.load(f)
+            except (OSError, ValueError):
+                return
+            if results.get("metadata", {}).get("invocation_id") != invocation_id:
+                return
+            filled = False
+            for result in results.get("results", []):
+                responses = self._by_node.get(result.get("unique_id"))
+                if responses and not result.get("adapter_response"):
+                    # A microbatch model runs one fenced write per batch, in batch order.
+                    batched = bool(result.get("batch_results"))
+                    result["adapter_response"] = (
+                        {"batches": responses} if batched else responses[-1]
+                    )
+                    filled = True
+            self._by_node.clear()
+            if filled:
+                self._replace(path, results)
+
+    @staticmethod
+    def _replace(path: str, results: dict[str, Any]) -> None:
+        partial = f"{path}.{os.getpid()}.part"
+        try:
+            with open(partial, "w", encoding="utf-8") as f:
+                json.dump(results, f)
+            os.replace(partial, path)
+        except Exception as exc:
+            # The run's outcome stands either way; only the artifact lacks the detail.
+            with suppress(OSError):
+                os.unlink(partial)
+            logger.debug(f"could not add the fence's responses to {path}: {exc}")
