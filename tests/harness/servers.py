@@ -165,8 +165,9 @@ class SparkServer:
         dbt-spark has no Connect method)."""
         target: dict[str, Any] = {"type": adapter, "method": self.kind, "schema": schema}
         if self.kind == "thrift":
-            # dbt-spark sleeps poll_interval (5 s by default) whenever a statement is still
-            # running when first polled: each run's time would snap to steps of 5 s.
+            # Stock dbt-spark sleeps poll_interval (5 s by default) whenever a statement is
+            # still running when first polled (fenced_spark backs off from 10 ms up to it):
+            # 1 s keeps stock's runs in the tests short.
             target.update(host=self.host, port=self.port, user="dbt", poll_interval=1)
         else:
             target.update(host=self.url)

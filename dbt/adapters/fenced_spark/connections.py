@@ -4,7 +4,11 @@ from typing import Any
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
-from dbt.adapters.spark.connections import SparkConnectionManager, SparkConnectionMethod
+from dbt.adapters.spark.connections import (
+    PyhiveConnectionWrapper,
+    SparkConnectionManager,
+    SparkConnectionMethod,
+)
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.exceptions import DbtRuntimeError
 
@@ -87,6 +91,37 @@ class FencedSessionConnectionWrapper(SessionConnectionWrapper):
         return super()._fix_binding(value)
 
 
+class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
+    """dbt-spark sleeps `poll_interval` (5 s by default) before it looks again at a statement
+    still running at its first poll, though most finish within milliseconds. Its loop reads
+    `self.poll_interval` for each sleep: here that read is 10 ms, doubling up to the profile's
+    `poll_interval`, the ceiling. `query_timeout` and `query_retries` work as in dbt-spark."""
+
+    FIRST = 0.01
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._next = self.FIRST
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def poll_interval(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.ceiling)
+        return min(delay, self.ceiling)
+
+    @poll_interval.setter
+    def poll_interval(self, value: float) -> None:
+        self.ceiling = value
+
+    def _execute_with_polling(self, sql: str, bindings: Any) -> None:
+        self._next = self.FIRST
+        try:
+            super()._execute_with_polling(sql, bindings)
+        except BaseException:
+            # A retry after a lost connection waits the whole poll_interval, as in dbt-spark.
+            self._next = self.ceiling
+            raise
+
+
 class FencedSparkConnectionManager(SparkConnectionManager):
     TYPE = "fenced_spark"
 
@@ -127,7 +162,16 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         elif creds.method == FencedConnectionMethod.CONNECT:
             handle = ConnectHandle(connect.open_session(creds))
         else:
-            return super().open(connection)
+            opened = super().open(connection)
+            if type(opened.handle) is PyhiveConnectionWrapper:
+                pyhive = opened.handle
+                opened.handle = BackoffPyhiveConnectionWrapper(
+                    pyhive.handle,
+                    poll_interval=pyhive.poll_interval,
+                    query_timeout=pyhive.query_timeout,
+                    query_retries=pyhive.query_retries,
+                )
+            return opened
         connection.handle = FencedSessionConnectionWrapper(handle)  # type: ignore[arg-type]
         connection.state = ConnectionState.OPEN
         return connection
