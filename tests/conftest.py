@@ -18,10 +18,21 @@ SERVERS = ("thrift", "connect")
 # Tables in tests are tiny: Spark's 200 shuffle partitions and Delta's 50 snapshot
 # partitions make every commit's state rebuild a 50-task job, which halves the suite's speed
 # on 2 cores. Both profiles (embedded session and Thrift server) get these.
+#
+# One JVM serves the whole run, and it touches thousands of tables: Delta keeps a DeltaLog (its
+# snapshot's plans and encoders) for each of up to 10,000 tables, and Spark keeps 1,000 jobs,
+# stages and SQL executions. That kept the heap's old generation about 85% full and G1 marking
+# it every few seconds: a sixth of the JVM's CPU time. The suite's tables are done with when
+# their test ends.
 TEST_CONF = {
     "spark.sql.shuffle.partitions": "1",
     "spark.databricks.delta.snapshotPartitions": "1",
     "spark.default.parallelism": "2",
+    "spark.databricks.delta.delta.log.cacheSize": "64",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "1000",
+    "spark.sql.ui.retainedExecutions": "100",
 }
 
 

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.functional.lakehouse import ForeignAt, ForeignWriter, history, long_spark_job, ours, rows
+from tests.functional.lakehouse import (
+    ForeignAt,
+    ForeignWriter,
+    history,
+    long_spark_job,
+    ours,
+    response_of,
+    rows,
+)
 
 # A per-row predicate that is always true (reflect returns the text "null" for a void
 # method, never SQL NULL): nondeterministic, so Spark evaluates it inside
@@ -267,3 +275,10 @@ class TestMicrobatchOnADate:
         ]
         (commit,) = [e for e in history(spark, table) if e.version > vb]
         assert commit.operation == "WRITE" and commit.tag["strategy"] == "microbatch"
+        # dbt records {} for a microbatch model: the adapter fills in one response per batch.
+        [batch] = response_of(project, "dated_batches")["batches"]
+        assert (batch["fence_outcome"], batch["read_version"], batch["commit_version"]) == (
+            "committed",
+            vb,
+            commit.version,
+        )
