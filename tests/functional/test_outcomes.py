@@ -208,3 +208,35 @@ class TestSparkErrorsStayOffTheConsole:
         assert files and not [h for h in handlers if type(h) is logging.StreamHandler]
         with open(files[-1].baseFilename) as log:  # the session's logs/spark.log
             assert "TASK_WRITE_FAILED" in log.read().rsplit("SQLQueryContextLogger", 1)[-1]
+
+
+RELOAD_OUTSIDE = """
+{{ config(materialized='incremental', incremental_strategy='replace_where',
+          incremental_predicates=['id >= 2'],
+          pre_hook="{% if is_incremental() %}delete from {{ this }} where id >= 5{% endif %}") }}
+select id from range({{ var('lo', 0) }}, 10)
+"""
+
+
+class TestDeltaRefusalAfterOurStep:
+    """Delta refuses the write (a row outside replace_where) after the pre-hook's DELETE
+    committed: the message and the response say the DELETE stands, as the table shows."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"reload_outside.sql": RELOAD_OUTSIDE}
+
+    def test_the_step_that_stands_is_named(self, project, spark):
+        table = f"{project.test_schema}.reload_outside"
+        run_dbt(["run"])
+        vb = history(spark, table)[-1].version
+        results = run_dbt(["run", "--vars", json.dumps({"lo": 1})], expect_pass=False)
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, e.tag and e.tag["step"]) for e in after] == [("DELETE", "pre_hook")]
+        message = results.results[0].message
+        step = f"v{after[0].version} DELETE (pre_hook)"
+        assert f"its write was never written; this run's earlier steps stand: {step}" in message
+        assert "nothing was written" not in message and "DELTA_REPLACE_WHERE" in message
+        response = response_of(project, "reload_outside")
+        assert (response["steps"], response["standing"]) == ([step], [after[0].version])
+        assert rows(spark, f"select count(*) from {table}") == [(5,)]  # the DELETE stands

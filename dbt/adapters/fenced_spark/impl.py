@@ -23,6 +23,7 @@ from dbt.adapters.fenced_spark.connections import (
     FencedSparkConnectionManager,
     SessionHandle,
 )
+from dbt.adapters.fenced_spark.fence import verify
 from dbt.adapters.fenced_spark.fence.batch import batch_id
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
@@ -692,7 +693,7 @@ class FencedSparkAdapter(SparkAdapter):
             commits = fence.commits_since(state.table, state.read_version)
         except DbtRuntimeError:
             return None
-        return [c for c in fence.ours(state, commits) if c.tag and c.tag.step != "write"]
+        return list(verify.own_steps(fence, state, commits))
 
     def _drop_staging(self, staging: FencedSparkRelation) -> None:
         # Temp views live as long as the connection; this one must not outlive the run.

@@ -105,7 +105,7 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
             Outcome.NO_CHANGE,
             state.attempt,
             tuple(state.tolerated),
-            _steps(fence, state, commits),
+            own_steps(fence, state, commits),
         )
     our = ours[-1]
     built_on = our.read_version if our.read_version is not None else -1
@@ -129,13 +129,14 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
         Outcome.COMMITTED,
         state.attempt,
         tuple(state.tolerated),
-        _steps(fence, state, commits),
+        own_steps(fence, state, commits),
     )
 
 
-def _steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple[Commit, ...]:
-    # Our steps, and Delta's auto compaction after one (it carries the step's tag); not the
-    # write, nor a compaction after it.
+def own_steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple[Commit, ...]:
+    """The node's step commits in `commits` (pre-hook, schema change, compile time), with
+    Delta's auto compaction after one (it carries the step's tag); not the write, nor a
+    compaction after it."""
     mine = fence.ours(state, commits)
     write = next(
         (c.version for c in mine if c.tag and c.tag.step == "write" and not c.compaction), None
