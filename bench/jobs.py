@@ -34,11 +34,12 @@ KINDS = [
     (r"^show table extended", "SHOW TABLE EXTENDED"),
     (r"^show", "SHOW"),
     (r"^select 1$", "SELECT 1 (opening a Connect session)"),
+    (r"^select path, .* from binaryfile\.", "commit files (SqlLog)"),
     (r"^select", "SELECT"),
     (r"^create", "CREATE"),
 ]
 
-FENCE_ONLY = ("DESCRIBE HISTORY", "SET / RESET", "DROP VIEW")
+FENCE_ONLY = ("DESCRIBE HISTORY", "commit files (SqlLog)", "SET / RESET", "DROP VIEW")
 OPEN_CHECK = "select 1"  # connect.open_session's liveness check
 
 

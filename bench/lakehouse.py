@@ -22,6 +22,7 @@ from dbt.adapters.fenced_spark.fence.history import (
     SqlHistory,
 )
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from tests.harness.runner import SessionRunner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,12 +43,14 @@ class Call:
     seconds: float
 
 
-READERS = ("delta_log", "sql")  # the session's reader; DESCRIBE HISTORY (thrift's path)
+# The session's reader; the SQL one (Thrift's and Connect's path); DESCRIBE HISTORY, which the
+# SQL one replaced and still falls back to.
+READERS = ("delta_log", "sql", "describe_history")
 
 
 class FenceRunner(SessionRunner):
     """The harness's SqlRunner with each statement and probe timed. `reader` is the adapter's
-    choice on the session (the Delta log) or its SQL path (DESCRIBE HISTORY)."""
+    choice on the session (the Delta log), its SQL path, or DESCRIBE HISTORY."""
 
     def __init__(self, spark: Any, reader: str = "delta_log") -> None:
         super().__init__(spark)
@@ -70,8 +73,19 @@ class FenceRunner(SessionRunner):
     def fence(self) -> Fence:
         """A Fence as the adapter builds one for a step: its reader new, nothing cached."""
         sql = SqlHistory(self)
-        log = LogTail(self.spark, fallback=sql) if self.reader == "delta_log" else sql
+        log: HistoryReader = {
+            "delta_log": LogTail(self.spark, fallback=sql),
+            "sql": SqlLog(self),
+            "describe_history": sql,
+        }[self.reader]
         return Fence(self, nullcontext, log=TimedLog(self, log))
+
+    # Verification asks the session which version its write committed (verify.session_commit).
+    def session_conf(self, key: str) -> str | None:
+        started = time.perf_counter()
+        value = super().session_conf(key)
+        self.calls.append(Call("conf", key, time.perf_counter() - started))
+        return value
 
 
 def strict_append(table: str, read_version: int, invocation: str, node: str) -> FenceState:

@@ -42,10 +42,11 @@ def step(name: str) -> None:
 def instrument(race_sql: str | None) -> None:
     capture = protocol.Fence.capture
     commits_since = protocol.Fence.commits_since
+    verify = protocol.Fence.verify
     precheck = protocol.Fence.precheck
     execute = FenceSql.execute
     fence_stage = FencedSparkAdapter.fence_stage
-    seen = {"capture": False, "write": False, "race": False}
+    seen = {"capture": False, "write": False, "race": False, "verify": False}
 
     def on_capture(self: protocol.Fence, table: str) -> Any:
         if not seen["capture"]:
@@ -53,10 +54,19 @@ def instrument(race_sql: str | None) -> None:
             step("capture")
         return capture(self, table)
 
-    def on_commits(self: protocol.Fence, table: str, version: int) -> Any:
-        if seen["write"]:
+    def verifying() -> None:
+        if seen["write"] and not seen["verify"]:
+            seen["verify"] = True
             step("verify")
+
+    def on_commits(self: protocol.Fence, table: str, version: int) -> Any:
+        verifying()
         return commits_since(self, table, version)
+
+    # A write Delta says committed right above vB is verified without reading the log.
+    def on_verify(self: protocol.Fence, state: Any, conflict: Any) -> Any:
+        verifying()
+        return verify(self, state, conflict)
 
     def on_precheck(self: protocol.Fence, state: protocol.FenceState) -> protocol.FenceState:
         step("precheck")
@@ -73,6 +83,7 @@ def instrument(race_sql: str | None) -> None:
         verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
         if verb in ("MERGE", "INSERT"):
             seen["write"] = True
+            seen["verify"] = False
             step("write")
         elif verb == "RESTORE":
             step("revert")
@@ -84,6 +95,7 @@ def instrument(race_sql: str | None) -> None:
 
     protocol.Fence.capture = on_capture  # type: ignore[method-assign]
     protocol.Fence.commits_since = on_commits  # type: ignore[method-assign]
+    protocol.Fence.verify = on_verify  # type: ignore[method-assign]
     protocol.Fence.precheck = on_precheck  # type: ignore[method-assign]
     FenceSql.execute = on_execute  # type: ignore[method-assign]
     FencedSparkAdapter.fence_stage = on_stage  # type: ignore[method-assign]

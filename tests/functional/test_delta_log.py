@@ -1,11 +1,15 @@
-"""The session's Delta log reader against DESCRIBE HISTORY, on real Delta tables: same
-commits, same fields, across checkpoints, and without a Spark job."""
+"""The fence's log readers against DESCRIBE HISTORY, on real Delta tables: same commits, same
+fields, across checkpoints. The session's (LogTail) reads without a Spark job; the SQL one
+(SqlLog, what Thrift and Connect use) through statements any server runs, here on a session."""
+
+import uuid
 
 import pytest
 
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, set_conf_sql
+from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from tests.harness.runner import SessionRunner
 
 pytestmark = pytest.mark.skip_profile(
@@ -15,10 +19,30 @@ pytestmark = pytest.mark.skip_profile(
 SCHEMA = "delta_log_reader"
 
 
-def readers(spark):
+class NoFallback:
+    def history(self, table, limit):
+        raise AssertionError(f"the reader fell back to DESCRIBE HISTORY {table}")
+
+    def fetch(self, sql):
+        raise AssertionError(f"the reader fell back to: {sql}")
+
+    location = fetch
+
+
+def readers(spark, kind="log_tail", fallback=False):
+    """DESCRIBE HISTORY, and the reader under test, which must answer by itself unless
+    `fallback` is allowed."""
     session = spark.newSession()
     sql = SqlHistory(SessionRunner(session))
-    return sql, LogTail(session, fallback=sql)
+    own = sql if fallback else SqlHistory(NoFallback())
+    if kind == "sql_log":
+        log = SqlLog(SessionRunner(session))
+        log.fallback = own
+        return sql, log
+    return sql, LogTail(session, fallback=own)
+
+
+KINDS = pytest.mark.parametrize("kind", ["log_tail", "sql_log"])
 
 
 def essentials(commits):
@@ -54,11 +78,12 @@ def table(spark):
     return name
 
 
-def test_same_commits_as_describe_history(spark, table):
-    sql, log = readers(spark)
+@KINDS
+def test_same_commits_as_describe_history(spark, table, kind):
+    sql, log = readers(spark, kind)
     latest = sql.latest_version(table)
     assert latest > 20  # past Delta's checkpoints at 10 and 20
-    for since in (-1, 0, 3, 9, 10, 19, 20, 23, 24):
+    for since in (-1, 0, 3, 9, 10, 19, 20, latest - 1, latest):
         assert essentials(log.commits_since(table, since)) == essentials(
             sql.commits_since(table, since)
         ), since
@@ -66,8 +91,9 @@ def test_same_commits_as_describe_history(spark, table):
     assert {"CREATE TABLE", "WRITE", "UPDATE", "MERGE", "DELETE", "ADD COLUMNS"} <= operations
 
 
-def test_latest_version_from_any_starting_point(spark, table):
-    sql, log = readers(spark)
+@KINDS
+def test_latest_version_from_any_starting_point(spark, table, kind):
+    sql, log = readers(spark, kind)
     latest = sql.latest_version(table)
     for known in (None, 0, 5, 10, latest - 1, latest):
         assert log.latest_version(table, known) == latest
@@ -97,13 +123,14 @@ def test_runs_no_spark_job(spark, table):
     )
 
 
-def test_what_it_cannot_read_goes_to_describe_history(spark):
+@KINDS
+def test_what_it_cannot_read_goes_to_describe_history(spark, kind):
     writer = spark.newSession()
     writer.sql(f"create schema if not exists {SCHEMA}")
     writer.sql(f"drop table if exists {SCHEMA}.plain")
     writer.sql(f"create table {SCHEMA}.plain (id int) using parquet")
     writer.sql(f"create or replace view {SCHEMA}.v as select 1 as id")
-    sql, log = readers(spark)
+    sql, log = readers(spark, kind, fallback=True)
     for name in (f"{SCHEMA}.plain", f"{SCHEMA}.v", f"{SCHEMA}.missing"):
         with pytest.raises(Exception) as direct:
             sql.latest_version(name)
@@ -113,3 +140,39 @@ def test_what_it_cannot_read_goes_to_describe_history(spark):
         # The same error; only Spark's expression ids in the plan text below it differ.
         first_line = str(direct.value).splitlines()[0]
         assert str(through_log.value).splitlines()[0] == first_line
+
+
+@KINDS
+def test_recent_is_describe_history_newest_first(spark, table, kind):
+    sql, log = readers(spark, kind)
+    assert essentials(list(log.recent(table, 32))) == essentials(list(sql.recent(table, 32)))
+
+
+def test_sql_log_reads_the_actions_of_the_commits_asked_for(spark, table):
+    sql, log = readers(spark, "sql_log")
+    latest = sql.latest_version(table)
+    actions = log.actions(table, [latest - 1, latest, latest + 5])
+    assert set(actions) == {latest - 1, latest}  # a version not yet written is not there
+    assert actions == sql.actions(table, [latest - 1, latest])
+
+
+def test_sql_log_reads_a_location_with_glob_characters_as_it_is(spark, lakehouse):
+    """The location is part of the pattern the server expands: `{a,b}`, `[x]` and `*` in it
+    must name this table's log, not match another's."""
+    writer = spark.newSession()
+    writer.sql(f"create schema if not exists {SCHEMA}")
+    base = f"{lakehouse}/globs {uuid.uuid4().hex}"  # external tables: their files stay
+    parent = f"{base}/glob {{a,b}} [x] *?"
+    for name in ("star", "decoy"):
+        writer.sql(f"drop table if exists {SCHEMA}.{name}")
+    # A decoy table the pattern would match if the location were read as a glob.
+    writer.sql(f"create table {SCHEMA}.decoy (id int) using delta location '{base}/glob a x zz'")
+    for i in range(6):
+        writer.sql(f"insert into {SCHEMA}.decoy values ({i})")  # the decoy's log reaches v6
+    writer.sql(f"create table {SCHEMA}.star (id int) using delta location '{parent}'")
+    for i in range(3):
+        writer.sql(f"insert into {SCHEMA}.star values ({i})")
+    sql, log = readers(spark, "sql_log")
+    table = f"{SCHEMA}.star"
+    assert log.latest_version(table) == sql.latest_version(table) == 3
+    assert essentials(log.commits_since(table, 0)) == essentials(sql.commits_since(table, 0))

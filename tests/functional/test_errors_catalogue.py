@@ -711,8 +711,14 @@ class TestErrorsCatalogue:
     @produces("E211")
     def test_history_unreadable_after_the_write(self, project, spark, monkeypatch, catalogue):
         table, vb = self.fresh(project, spark, "unverified")
+        # A key the run does not touch lands first, so our MERGE commits above it: Delta's
+        # record of the session's commit is then not the version right above vB, and only
+        # the log can say what stands; the table is dropped before it is read.
         runners = self.around_the_write(
-            monkeypatch, spark, lambda _: "select 1", after=f"drop table {table}"
+            monkeypatch,
+            spark,
+            lambda _: f"insert into {table} values (99, 'open', 990)",
+            after=f"drop table {table}",
         )
         race = run_vars(batch=SHIP_1_AND_ADD_4)
         results = run_dbt(["run", "--select", "unverified", *race], expect_pass=False)

@@ -34,6 +34,7 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, set_conf_sql
+from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.impl import FenceSql
 from tests.functional.lakehouse import ForeignWriter, history, rows
 from tests.harness.runner import SessionRunner
@@ -360,3 +361,8 @@ def test_tag_survives_set_and_a_commit(spark, lakehouse, text):
         described = SqlHistory(SessionRunner(session)).commits_since(table, 0)
         assert [c.user_metadata for c in logged] == [c.user_metadata for c in described]
         assert [c.tag for c in logged] == [tag]
+        # Thrift's and Connect's reader, by path, at a location the catalog prints encoded.
+        by_path = SqlLog(SessionRunner(session))
+        by_path.fallback = SqlHistory(NoFallback())
+        assert [c.tag for c in by_path.commits_since(table, 0)] == [tag]
+        assert by_path.latest_version(table) == last.version

@@ -9,6 +9,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA
+from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
 
 _SET = re.compile(r"SET (\S+?)=`(.*)`$|SET (\S+?)=(\S+)$", re.S)
 
@@ -64,6 +65,8 @@ class FakeTable:
             return
         before, self.before = self.before, lambda sql: None
         before(sql)
+        if "no change" in sql:
+            return  # Delta makes no commit for a write that changed nothing
         read = self.latest
         if restore := re.match(r"RESTORE TABLE \S+ TO VERSION AS OF (\d+)", sql):
             rows, operation = self.rows[int(restore.group(1))], "RESTORE"
@@ -72,6 +75,7 @@ class FakeTable:
             rows, operation = self.rows[read] | {sql}, sql.split()[0].upper()
             parameters = {}
         self.commit(operation, rows, read, self.conf.get(USER_METADATA), parameters)
+        self.conf[LAST_COMMIT] = str(self.latest)  # Delta records it in the committing session
 
     def history(self, table: str, limit: int) -> list[Commit]:
         self.reachable()
@@ -84,6 +88,7 @@ class FakeTable:
         return "/fake/t"
 
     def session_conf(self, key: str) -> str | None:
+        self.reachable()
         return self.conf.get(key)
 
     def fetch(self, sql: str) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
-from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, Fence, FenceState
+from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
 from tests.unit.delta_fake import FakeTable
 
 TABLE = "`a`.`t`"
@@ -325,7 +326,7 @@ def test_a_write_that_committed_and_then_failed_is_reported_committed():
     assert "the write committed as v1 (verified: based on v0), then the statement failed" in text
     assert "DELTA_POST_COMMIT_HOOK_FAILED" in text and "committed as v1; it stands" in text
     assert [c.operation for c in table.commits] == ["CREATE TABLE", "MERGE"]
-    assert table.conf == {}  # the tag's confs are reset
+    assert set(table.conf) == {LAST_COMMIT}  # the tag's confs are reset; Delta's own stays
 
 
 def test_a_write_that_failed_without_a_commit_keeps_its_own_error():
@@ -417,7 +418,7 @@ def test_a_verdict_that_sent_a_restore_is_not_read_again_on_a_new_session():
 def test_a_reset_that_fails_after_the_write_leaves_no_tag_on_the_connection():
     class ResetFails(FakeTable):
         def execute(self, sql: str) -> None:
-            if sql.startswith("RESET ") and not self.reconnects:
+            if sql.startswith(f"RESET {USER_METADATA}") and not self.reconnects:
                 raise DbtRuntimeError("RESET failed")
             super().execute(sql)
 
@@ -425,3 +426,38 @@ def test_a_reset_that_fails_after_the_write_leaves_no_tag_on_the_connection():
     result = fence(table).write(state(), "merge into t")
     assert (result.outcome, result.commit_version) == (Outcome.COMMITTED, 1)
     assert table.reconnects == 1 and table.conf == {}  # a later statement takes no tag of ours
+
+
+class CountsHistoryReads(FakeTable):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[int] = []
+
+    def history(self, table: str, limit: int):
+        self.reads.append(limit)
+        return super().history(table, limit)
+
+
+@pytest.mark.parametrize("strategy", ["merge", "append_if_unchanged"])
+def test_a_write_delta_says_it_committed_right_above_vb_needs_no_log_read(strategy):
+    table = CountsHistoryReads()
+    f = fence(table)
+    result = f.write(state(strategy), "merge into t")
+    assert (result.outcome, result.read_version, result.commit_version) == (Outcome.COMMITTED, 0, 1)
+    assert table.reads == [1]  # the pre-check's; verification read nothing
+
+
+def test_a_stale_record_of_an_earlier_commit_of_the_session_is_never_taken_for_ours():
+    table = CountsHistoryReads()
+    table.conf[LAST_COMMIT] = "1"  # this session committed a version 1 earlier, elsewhere
+    result = fence(table).write(state(), "merge into t /* no change */")
+    assert (result.outcome, result.commit_version) == (Outcome.NO_CHANGE, None)
+    assert table.latest == 0 and len(table.reads) > 1  # verified from the log
+
+
+def test_after_our_own_step_the_write_is_read_from_the_log_to_name_the_step():
+    table = CountsHistoryReads()
+    s = our_step(table, state(), "pre_hook", "delete from t")
+    result = fence(table).write(s, "merge into t")
+    assert [c.version for c in result.steps] == [1] and result.commit_version == 2
+    assert len(table.reads) == 2  # pre-check and verification

@@ -66,6 +66,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     reads_self,
     statement_kind,
 )
+from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 from dbt.adapters.fenced_spark.run_results import FenceResponses
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
@@ -149,10 +150,10 @@ class FenceSql:
 
     def log(self) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
-        # Thrift and Connect clients have no JVM of their own: DESCRIBE HISTORY.
+        # Thrift and Connect clients have no JVM of their own: the server reads the files.
         handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
         if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
-            return SqlHistory(self)
+            return SqlLog(self)
         return LogTail(handle.spark, fallback=SqlHistory(self))
 
 

@@ -24,6 +24,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, SqlHistory
 from dbt.adapters.fenced_spark.fence.state import (
+    LAST_COMMIT,
     MAX_COMMIT_ATTEMPTS,
     OWN_STEPS,
     SNAPSHOT,
@@ -90,6 +91,9 @@ class Fence:
         self._checks: dict[tuple[str, int, str], ConflictCheck] = {}
         # Tagged statements sent (RESTOREs among them): a verdict that sent one is not redone.
         self._sent = 0
+        # Set once this session's LAST_COMMIT was cleared before our write: from then on it
+        # names our write's commit, if the write made one (verify.session_commit).
+        self.watching_commits = False
 
     def run(
         self,
@@ -239,6 +243,8 @@ class Fence:
         finished = False
         try:
             with self.tagged(state, "write"), self.single_attempt():
+                self.runner.execute(f"RESET {LAST_COMMIT}")
+                self.watching_commits = True
                 try:
                     self.runner.execute(sql)
                 except Exception as exc:

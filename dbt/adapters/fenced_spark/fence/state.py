@@ -11,6 +11,8 @@ from dbt.adapters.fenced_spark.fence.history import NATIVE_STRATEGIES, Commit, F
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
+# Delta sets it in the committing session after each commit, to the version it committed.
+LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
 
 # The steps whose commits are this node's own changes to the table (revert and post_hook
 # commits are not: the first undo ours, the second come after the verdict).

@@ -10,7 +10,13 @@ from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit
-from dbt.adapters.fenced_spark.fence.state import VERSION, FenceResult, FenceState, conflict_name
+from dbt.adapters.fenced_spark.fence.state import (
+    LAST_COMMIT,
+    VERSION,
+    FenceResult,
+    FenceState,
+    conflict_name,
+)
 
 if TYPE_CHECKING:
     from dbt.adapters.fenced_spark.fence.protocol import Fence
@@ -81,6 +87,8 @@ def after_step(fence: "Fence", state: FenceState, step: str) -> FenceState:
 
 
 def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) -> FenceResult:
+    if conflict is None and (result := session_commit(fence, state)) is not None:
+        return result
     commits = fence.commits_since(state.table, state.read_version)
     ours = fence.ours(state, commits, "write")
     if not ours:
@@ -131,6 +139,20 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
         tuple(state.tolerated),
         own_steps(fence, state, commits),
     )
+
+
+def session_commit(fence: "Fence", state: FenceState) -> FenceResult | None:
+    """Our write verified without reading the log, when Delta says this session's write
+    committed the version right above the expected one: the pre-check found the table at the
+    expected version, so the write read it and nothing landed in between. Anything else (no
+    commit, a commit higher up, Delta's auto compaction after ours, our own steps to list, a
+    new session that never saw the write) is read from the log."""
+    if not fence.watching_commits or state.expected_version != state.read_version:
+        return None
+    value = fence.runner.session_conf(LAST_COMMIT)
+    if value is None or not value.isdigit() or int(value) != state.expected_version + 1:
+        return None
+    return FenceResult(state.read_version, int(value), Outcome.COMMITTED, state.attempt)
 
 
 def own_steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple[Commit, ...]:

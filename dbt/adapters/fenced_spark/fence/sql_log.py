@@ -1,0 +1,250 @@
+"""The fence's history reads over SQL (Thrift, Connect), flat in the history's length.
+
+DESCRIBE HISTORY first brings Delta's snapshot up to date, which lists the whole `_delta_log`
+directory on HDFS and local disks, then reads the commit files in a Spark job: at 10,000
+commits it took 12x as long as at 10 (docs/benchmarks.md, part 2). The fence needs the newest
+version and the few commits after vB. Here the server reads just those commit files, by exact
+path: Hadoop expands a path pattern whose braces hold slashes into one path per alternative
+(GlobExpander) and looks each up on its own, so no directory is listed, and a file that does
+not exist is simply not read. Versions are contiguous files, so the newest is found by probing
+named versions: from a known one (vB) a window of 16; with none known, powers of two, then
+narrowing between the last that exists and the next (Spark's file sources skip names starting
+with `_`, so `_last_checkpoint` cannot serve as the start). The catalog says where the table
+lives (SHOW TABLE EXTENDED reads the metastore, not the log). Anything else (a table outside
+the session catalog, a log whose versions the probes miss, an unreadable commit) goes to
+DESCRIBE HISTORY, which says what is wrong in Spark's own words.
+"""
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from dbt.adapters.fenced_spark.fence.delta_log import commit_from_info
+from dbt.adapters.fenced_spark.fence.history import Commit, HistorySource, SqlHistory, commit_file
+
+T = TypeVar("T")
+
+# Commit files read per statement; more than 32 paths would make Spark list them in a job.
+WINDOW = 16
+PROBES = 32
+# The line of a commit file that holds its commitInfo action (Delta writes it first). UNIX_LINES:
+# only \n ends a line (Delta escapes no U+2028 in its JSON).
+_COMMIT_INFO = r"(?md)^(\\{\"commitInfo\"\\s*:.*)$"
+_LOCATION = re.compile(r"^Location: (.+)$", re.M)
+_PROVIDER = re.compile(r"^Provider: (.+)$", re.M)
+# What Spark says when no file of a read exists.
+_NONE_EXIST = re.compile(r"PATH_NOT_FOUND|Path does not exist", re.I)
+
+
+class CannotFollow(Exception):
+    """The log is not one this reader can follow: DESCRIBE HISTORY answers instead."""
+
+
+def name_parts(table: str) -> list[str] | None:
+    """`a`.`b` or a.b as its parts, unquoted; None when it cannot be split for sure."""
+    parts, rest = [], table.strip()
+    while rest:
+        if rest.startswith("`"):
+            match = re.match(r"`((?:[^`]|``)*)`", rest)
+            if match is None:
+                return None
+            parts.append(match.group(1).replace("``", "`"))
+        else:
+            match = re.match(r"[A-Za-z0-9_]+", rest)
+            if match is None:
+                return None
+            parts.append(match.group(0))
+        rest = rest[match.end() :]
+        if rest and not rest.startswith("."):
+            return None
+        rest = rest[1:]
+    return parts
+
+
+def glob_literal(location: str) -> str:
+    # The location is read as a glob pattern: its own pattern characters are escaped.
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", location)
+
+
+class SqlLog:
+    """The fence's HistoryReader over SQL. One per fence step, like the session's LogTail:
+    where the table lives is looked up once per step."""
+
+    def __init__(self, source: HistorySource) -> None:
+        self.source = source
+        self.fallback = SqlHistory(source)
+        self._logs: dict[str, str | None] = {}
+        # Commit infos read so far, by table and version: a commit never changes once written.
+        # Only ever used for a version's content; whether a version exists is always read anew.
+        self._infos: dict[str, dict[int, dict[str, Any]]] = {}
+
+    def _log(self, table: str) -> str | None:
+        if table not in self._logs:
+            self._logs[table] = self._resolve(table)
+        return self._logs[table]
+
+    def _resolve(self, table: str) -> str | None:
+        """The table's `_delta_log` folder, from the session catalog; None when the table is
+        not a Delta table there, or its entry cannot be read for sure."""
+        parts = name_parts(table)
+        if not parts or len(parts) > 3 or (len(parts) == 3 and parts[0] != "spark_catalog"):
+            return None
+        name = parts[-1]
+        if re.search(r"[*|'\\`]", "".join(parts)):
+            return None  # SHOW TABLES' pattern would read these as wildcards or quotes
+        try:
+            if len(parts) == 1:
+                schema = str(self.source.fetch("SELECT current_database()")[0][0])
+            else:
+                schema = parts[-2]
+            rows = self.source.fetch(f"SHOW TABLE EXTENDED IN `{schema}` LIKE '{name}'")
+        except Exception:
+            return None  # DESCRIBE HISTORY raises Spark's own error, if there is one
+        infos = [str(r[-1]) for r in rows if str(r[1]).lower() == name.lower()]
+        if len(infos) != 1:
+            return None
+        providers, locations = _PROVIDER.findall(infos[0]), _LOCATION.findall(infos[0])
+        # A table comment may hold such lines too: only an entry with one of each is read.
+        if len(providers) != 1 or len(locations) != 1 or providers[0].strip().lower() != "delta":
+            return None
+        # The catalog prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
+        return glob_literal(locations[0].strip().rstrip("/")) + "/_delta_log"
+
+    def _select(self, columns: str, source: str, log: str, versions: Sequence[int]) -> list:
+        """`columns` of the commit files of `versions` that exist, by exact path; no rows when
+        none exists (Spark fails the statement then); any other failure raises."""
+        alternatives = ",".join("/" + commit_file(v) for v in versions)
+        path = f"{log}{{{alternatives}}}".replace("`", "``")
+        try:
+            return list(self.source.fetch(f"SELECT {columns} FROM {source}.`{path}`"))
+        except Exception as exc:
+            if _NONE_EXIST.search(str(exc)):
+                return []
+            raise
+
+    def _read(self, log: str, versions: Sequence[int], content: str = "info") -> dict[int, str]:
+        """The versions among `versions` whose commit files exist, each with its commitInfo
+        line (`content` "info"), whole text ("all") or nothing ("none", then no file is read).
+        Empty when none exists; any other failure raises."""
+        text = {
+            "info": f"regexp_extract(decode(content, 'UTF-8'), '{_COMMIT_INFO}', 1)",
+            "all": "decode(content, 'UTF-8')",
+            "none": "''",
+        }[content]
+        rows = self._select(f"path, {text}", "binaryFile", log, versions)
+        found = {}
+        for p, value in rows:
+            name = str(p).rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                found[int(name[:-5])] = str(value or "")
+        return found
+
+    def _window(self, table: str, log: str, versions: Sequence[int]) -> set[int]:
+        """Reads `versions` with their commit infos; returns those that exist."""
+        found = self._read(log, versions)
+        infos = self._infos.setdefault(table, {})
+        for version, line in found.items():
+            try:
+                infos[version] = dict(json.loads(line).get("commitInfo", {})) if line else {}
+            except (ValueError, AttributeError) as exc:
+                raise CannotFollow(f"v{version}'s commitInfo: {exc}") from exc
+        return set(found)
+
+    def _forward(self, table: str, log: str, start: int) -> int:
+        """The newest version, given that `start` exists: windows forward from it, each read
+        anew (a version seen earlier proves nothing about one not seen yet)."""
+        while True:
+            found = self._window(table, log, range(start, start + WINDOW))
+            if start not in found:
+                raise CannotFollow(f"v{start} is gone")  # cleaned up, or the table replaced
+            end = start
+            while end + 1 in found:
+                end += 1
+            if end < start + WINDOW - 1:
+                return end
+            start = end
+
+    def _bracket(self, table: str, log: str) -> tuple[int, int]:
+        """With no version known: a version that exists and a higher one that does not, at
+        most a window apart, the newest between them. Versions 0..15 and powers of two first
+        (in one read that also takes their commit infos), then narrowing."""
+        probes = sorted({*range(WINDOW), *(2**k for k in range(4, 20))})
+        found = self._window(table, log, probes)
+        if not found:
+            raise CannotFollow("none of the probed versions exists")
+        low = max(found)
+        above = [p for p in probes if p > low]  # none of them exists
+        if not above:
+            raise CannotFollow(f"more than {low} versions")
+        high = above[0]
+        while high - low > WINDOW:
+            step = (high - low) // PROBES
+            points = list(range(low + step, high, step))[: PROBES - 1]
+            exists = self._read(log, points, content="none")
+            if exists:
+                low = max(exists)
+            high = min((v for v in points if v > low), default=high)
+        return low, high
+
+    def _latest(self, log: str, table: str, start: int | None) -> int:
+        if start is None:
+            start, high = self._bracket(table, log)
+            if high == start + 1:
+                return start  # the next version was probed and is not there
+        return self._forward(table, log, start)
+
+    def _answer(self, table: str, read: Callable[[str], T], fallback: Callable[[], T]) -> T:
+        log = self._log(table)
+        if log is None:
+            return fallback()
+        try:
+            return read(log)
+        except CannotFollow:
+            return fallback()
+
+    def latest_version(self, table: str, known: int | None = None) -> int:
+        return self._answer(
+            table,
+            lambda log: self._latest(log, table, known),
+            lambda: self.fallback.latest_version(table, known),
+        )
+
+    def recent(self, table: str, limit: int) -> Iterator[Commit]:
+        """Newest first; older windows are read only if the caller goes on."""
+        latest = self._answer(table, lambda log: self._latest(log, table, None), lambda: None)
+        log = self._logs.get(table)
+        if latest is None or log is None:
+            yield from self.fallback.recent(table, limit)
+            return
+        infos = self._infos[table]
+        for version in range(latest, max(latest - limit, -1), -1):
+            if version not in infos:
+                try:
+                    self._window(table, log, range(max(0, version - WINDOW + 1), version + 1))
+                except CannotFollow:
+                    return
+                if version not in infos:
+                    return  # cleaned up after a checkpoint: the log's reach ends here
+            yield commit_from_info(version, infos[version])
+
+    def commits_since(self, table: str, version: int) -> list[Commit]:
+        def read(log: str) -> list[Commit]:
+            first = max(version, 0)  # the whole log from version 0 when asked from before it
+            latest = self._forward(table, log, first)
+            infos = self._infos[table]
+            return [commit_from_info(v, infos[v]) for v in range(version + 1, latest + 1)]
+
+        return self._answer(table, read, lambda: self.fallback.commits_since(table, version))
+
+    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
+        """Each commit's lines, one row per line (`text`: a commit file of any size), read by
+        exact path; a version whose file is gone is missing from the answer."""
+        log = self._log(table)
+        if log is None:
+            return self.fallback.actions(table, versions)
+        rows = self._select("_metadata.file_name, value", "text", log, versions)
+        lines: dict[int, list[str]] = {}
+        for name, value in rows:
+            lines.setdefault(int(str(name).split(".")[0]), []).append(str(value))
+        return lines

@@ -1,0 +1,174 @@
+"""SqlLog over a fake server: which files it reads, in how many statements, and when it leaves
+the answer to DESCRIBE HISTORY. tests/functional/test_sql_log.py reads real Delta logs."""
+
+import json
+import re
+
+import pytest
+
+from dbt.adapters.fenced_spark.fence.history import Commit, commit_file
+from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlLog, name_parts
+
+LOG = "file:/w/orders/_delta_log"
+
+
+class FakeServer:
+    """A Delta log as files, read the way SqlLog's statements read them. Like Spark's file
+    sources, it never returns a file whose name starts with `_`."""
+
+    def __init__(self, versions: int, cleaned_below: int = 0, provider: str = "delta"):
+        self.files: dict[str, str] = {}
+        for v in range(cleaned_below, versions):
+            info = {"commitInfo": {"timestamp": 1_700_000_000_000 + v, "operation": "WRITE"}}
+            if v:
+                info["commitInfo"]["readVersion"] = v - 1
+            self.files[commit_file(v)] = json.dumps(info) + '\n{"add": {"path": "f"}}'
+        self.files["_last_checkpoint"] = json.dumps({"version": max(versions - 3, 0)})
+        self.provider = provider
+        self.comment = ""
+        self.statements: list[str] = []
+        self.history_reads = 0
+        self.fails: str | None = None
+
+    def commit(self) -> None:
+        latest = max(int(n[:20]) for n in self.files if n[:20].isdigit())
+        self.files[commit_file(latest + 1)] = json.dumps({"commitInfo": {"operation": "MERGE"}})
+
+    def fetch(self, sql: str) -> list:
+        self.statements.append(sql)
+        if self.fails:
+            raise RuntimeError(self.fails)
+        if sql.startswith("SHOW TABLE EXTENDED"):
+            info = f"Comment: {self.comment}\nProvider: {self.provider}\nLocation: {LOG[:-11]}\n"
+            return [("analytics", "orders", False, info)]
+        match = re.search(r"FROM (binaryFile|text)\.`(.*)\{(.*)\}`$", sql)
+        assert match and match.group(2) == LOG, sql
+        rows = []
+        for alternative in match.group(3).split(","):
+            name = alternative.removeprefix("/")
+            if name in self.files and not name.startswith("_"):
+                text = self.files[name]
+                if match.group(1) == "text":
+                    rows += [(name, line) for line in text.split("\n")]
+                elif "regexp_extract" in sql:
+                    rows.append((f"{LOG}/{name}", text.split("\n")[0]))
+                else:
+                    rows.append((f"{LOG}/{name}", ""))
+        if not rows:
+            raise RuntimeError("[PATH_NOT_FOUND] Path does not exist: file:/w/orders")
+        return rows
+
+    def history(self, table: str, limit: int) -> list[Commit]:
+        self.history_reads += 1
+        return [Commit(0, "CREATE TABLE", None, None)]
+
+    def location(self, table: str) -> str:
+        raise AssertionError("SqlLog finds the location in the catalog")
+
+    def reads(self) -> int:
+        return sum("binaryFile" in s for s in self.statements)
+
+
+TABLE = "`analytics`.`orders`"
+
+
+def test_names_are_split_outside_backquotes():
+    assert name_parts("`analytics`.`orders`") == ["analytics", "orders"]
+    assert name_parts("analytics.orders") == ["analytics", "orders"]
+    assert name_parts("`a.b`.`c``d`") == ["a.b", "c`d"]
+    assert name_parts("a.`b") is None
+
+
+@pytest.mark.parametrize("versions", [1, 5, 15, 16])
+def test_a_young_table_is_read_in_one_statement(versions):
+    server = FakeServer(versions)
+    assert SqlLog(server).latest_version(TABLE) == versions - 1
+    assert server.reads() == 1 and server.history_reads == 0
+
+
+@pytest.mark.parametrize("versions", [17, 40, 120, 1_000, 10_000, 300_000])
+def test_the_newest_version_is_found_by_named_files_alone(versions):
+    server = FakeServer(versions)
+    assert SqlLog(server).latest_version(TABLE) == versions - 1
+    assert server.history_reads == 0
+    assert server.reads() <= 6  # the probes, a few narrowings, the window
+    for sql in server.statements[1:]:
+        assert len(re.findall(r"/\d{20}\.json", sql)) <= PROBES
+
+
+@pytest.mark.parametrize("versions", [120, 10_000])
+def test_a_pre_check_or_verification_from_vb_is_one_read_at_any_length(versions):
+    server = FakeServer(versions)
+    server.commit()
+    since = SqlLog(server).commits_since(TABLE, versions - 1)
+    assert [c.version for c in since] == [versions] and since[0].operation == "MERGE"
+    assert server.reads() == 1 and server.history_reads == 0
+
+
+def test_newer_commits_are_always_read_again_never_taken_from_what_was_seen():
+    server = FakeServer(4)
+    log = SqlLog(server)
+    assert log.latest_version(TABLE) == 3
+    server.commit()
+    assert log.latest_version(TABLE, known=3) == 4
+
+
+def test_a_table_gone_after_a_read_is_never_answered_from_what_was_read_before():
+    server = FakeServer(4)
+    log = SqlLog(server)
+    assert log.latest_version(TABLE) == 3
+    server.files.clear()  # dropped after the write
+    log.commits_since(TABLE, 3)
+    assert server.history_reads == 1  # DESCRIBE HISTORY says what happened
+
+
+def test_a_failing_read_raises_and_is_never_taken_for_no_commit():
+    server = FakeServer(4)
+    log = SqlLog(server)
+    assert log.latest_version(TABLE) == 3
+    server.fails = "UNAVAILABLE: Connection reset by peer"
+    with pytest.raises(RuntimeError, match="UNAVAILABLE"):
+        log.commits_since(TABLE, 3)
+
+
+def test_recent_is_newest_first_and_reads_older_windows_only_when_asked():
+    server = FakeServer(50)
+    recent = SqlLog(server).recent(TABLE, 32)
+    assert next(recent).version == 49
+    first = server.reads()
+    assert [c.version for c in recent] == list(range(48, 17, -1))
+    assert server.reads() > first
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        FakeServer(5, provider="parquet"),  # not Delta: DESCRIBE HISTORY says so
+        FakeServer(0),  # no log at all
+        FakeServer(120, cleaned_below=100),  # no probe lands in what is left
+    ],
+)
+def test_what_it_cannot_follow_goes_to_describe_history(server):
+    SqlLog(server).latest_version(TABLE)
+    assert server.history_reads == 1
+
+
+def test_a_location_line_in_the_table_comment_is_never_taken_for_the_table():
+    server = FakeServer(5)
+    server.comment = "see\nLocation: file:/w/other"
+    SqlLog(server).latest_version(TABLE)
+    assert server.history_reads == 1 and server.reads() == 0
+
+
+def test_a_name_the_show_tables_pattern_would_misread_goes_to_describe_history():
+    server = FakeServer(5)
+    SqlLog(server).latest_version("`analytics`.`ord*ers`")
+    assert server.history_reads == 1 and not server.statements
+
+
+def test_actions_are_read_line_by_line():
+    server = FakeServer(5)
+    assert SqlLog(server).actions(TABLE, [3, 4, 9]) == {
+        3: server.files[commit_file(3)].split("\n"),
+        4: server.files[commit_file(4)].split("\n"),
+    }
