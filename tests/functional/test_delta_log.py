@@ -2,6 +2,7 @@
 fields, across checkpoints. The session's (LogTail) reads without a Spark job; the SQL one
 (SqlLog, what Thrift and Connect use) through statements any server runs, here on a session."""
 
+import os
 import uuid
 
 import pytest
@@ -176,3 +177,29 @@ def test_sql_log_reads_a_location_with_glob_characters_as_it_is(spark, lakehouse
     table = f"{SCHEMA}.star"
     assert log.latest_version(table) == sql.latest_version(table) == 3
     assert essentials(log.commits_since(table, 0)) == essentials(sql.commits_since(table, 0))
+
+
+def test_sql_log_leaves_a_log_with_staged_commits_to_describe_history(spark, lakehouse):
+    """Catalog-managed commits wait in _delta_log/_staged_commits before they become N.json:
+    reading N.json alone would miss them."""
+    writer = spark.newSession()
+    writer.sql(f"create schema if not exists {SCHEMA}")
+    writer.sql(f"drop table if exists {SCHEMA}.staged")
+    location = f"{lakehouse}/staged {uuid.uuid4().hex}"
+    writer.sql(f"create table {SCHEMA}.staged (id int) using delta location '{location}'")
+    writer.sql(f"insert into {SCHEMA}.staged values (1)")
+    staged = os.path.join(location, "_delta_log", "_staged_commits")
+    os.makedirs(staged, exist_ok=True)
+    with open(os.path.join(staged, f"{2:020d}.{uuid.uuid4()}.json"), "w") as f:
+        f.write('{"commitInfo":{"operation":"WRITE"}}\n')
+    asked = []
+
+    class Recorded(SqlHistory):
+        def latest_version(self, table, known=None):
+            asked.append(table)
+            return super().latest_version(table, known)
+
+    sql, log = readers(spark, "sql_log", fallback=True)
+    log.fallback = Recorded(log.source)
+    assert log.latest_version(f"{SCHEMA}.staged") == 1
+    assert asked == [f"{SCHEMA}.staged"]

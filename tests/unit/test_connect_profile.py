@@ -26,6 +26,14 @@ def test_host_must_be_a_connect_url(host):
         creds(host)
 
 
+@pytest.mark.parametrize("host", ["sc://h:15002/;session_id=abc", "sc://h/;token=t;SESSION_ID=x"])
+def test_a_url_naming_a_session_is_refused(host):
+    # One session for every dbt connection would carry one thread's commit tag into another's.
+    with pytest.raises(DbtRuntimeError, match="Remove session_id") as raised:
+        creds(host)
+    assert "token=t" not in str(raised.value)
+
+
 def test_token_never_shown():
     url = "sc://h:443/;token=s3cr3t;use_ssl=true"
     profile = creds(url)

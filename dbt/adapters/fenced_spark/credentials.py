@@ -1,4 +1,5 @@
 import os
+import re
 from dataclasses import dataclass
 
 from dbt.adapters.spark.connections import SparkConnectionMethod, SparkCredentials
@@ -62,6 +63,14 @@ class FencedSparkCredentials(SparkCredentials):
             raise DbtRuntimeError(
                 f"method: connect takes Spark Connect's URL as `host` "
                 f"(sc://host:port/;token=...;use_ssl=true), not {self.host!r}"
+            )
+        if re.search(r";\s*session_id\s*=", str(self.host), re.I):
+            # Every dbt connection would join one session: the commit tag, the record of the
+            # session's commit and the staging views would cross threads.
+            raise DbtRuntimeError(
+                f"method: connect: `host` {connect.redact(str(self.host))!r} names a session "
+                "(session_id=...); dbt-fenced-spark opens one Spark Connect session per dbt "
+                "connection. Remove session_id from the URL."
             )
         connect.check_installed()
 

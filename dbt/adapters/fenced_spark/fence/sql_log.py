@@ -29,12 +29,14 @@ T = TypeVar("T")
 WINDOW = 16
 PROBES = 32
 # The line of a commit file that holds its commitInfo action (Delta writes it first). UNIX_LINES:
-# only \n ends a line (Delta escapes no U+2028 in its JSON).
-_COMMIT_INFO = r"(?md)^(\\{\"commitInfo\"\\s*:.*)$"
+# only \n ends a line (Delta escapes no U+2028 in its JSON). No backslash: the literal reads the
+# same whether or not the session sets spark.sql.parser.escapedStringLiterals.
+_COMMIT_INFO = '(?md)^([{]"commitInfo"[ \t]*:.*)$'
 _LOCATION = re.compile(r"^Location: (.+)$", re.M)
 _PROVIDER = re.compile(r"^Provider: (.+)$", re.M)
 # What Spark says when no file of a read exists.
 _NONE_EXIST = re.compile(r"PATH_NOT_FOUND|Path does not exist", re.I)
+_STAGED = "_staged_commits"
 
 
 class CannotFollow(Exception):
@@ -111,10 +113,14 @@ class SqlLog:
         # The catalog prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
         return glob_literal(locations[0].strip().rstrip("/")) + "/_delta_log"
 
-    def _select(self, columns: str, source: str, log: str, versions: Sequence[int]) -> list:
-        """`columns` of the commit files of `versions` that exist, by exact path; no rows when
-        none exists (Spark fails the statement then); any other failure raises."""
-        alternatives = ",".join("/" + commit_file(v) for v in versions)
+    def _select(
+        self, columns: str, source: str, log: str, versions: Sequence[int], extra: str = ""
+    ) -> list:
+        """`columns` of the commit files of `versions` that exist, by exact path (and of the
+        files `extra` matches); no rows when none exists (Spark fails the statement then); any
+        other failure raises."""
+        names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
+        alternatives = ",".join(names)
         path = f"{log}{{{alternatives}}}".replace("`", "``")
         try:
             return list(self.source.fetch(f"SELECT {columns} FROM {source}.`{path}`"))
@@ -132,9 +138,13 @@ class SqlLog:
             "all": "decode(content, 'UTF-8')",
             "none": "''",
         }[content]
-        rows = self._select(f"path, {text}", "binaryFile", log, versions)
+        # Catalog-managed commits wait in _staged_commits before they become N.json: a log
+        # with any there is not one these reads can follow (one small folder listed).
+        rows = self._select(f"path, {text}", "binaryFile", log, versions, f"/{_STAGED}/*")
         found = {}
         for p, value in rows:
+            if f"/{_STAGED}/" in str(p):
+                raise CannotFollow("catalog-managed commits wait to be published")
             name = str(p).rsplit("/", 1)[-1]
             if name.endswith(".json") and name[:-5].isdigit():
                 found[int(name[:-5])] = str(value or "")
