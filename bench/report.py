@@ -734,8 +734,7 @@ def _where(r: Results) -> list[str]:
         def history_jobs(method: str) -> str:
             counts = [c for c in r.jobs if c.method == method]
             per_run = {
-                x.jobs_by_kind.get(kind, 0)
-                for kind in ("DESCRIBE HISTORY", "commit files (SqlLog)")
+                sum(x.jobs_by_kind.get(k, 0) for k in ("DESCRIBE HISTORY", "commit files (SqlLog)"))
                 for c in counts
                 for x in c.of("fenced")
             }
@@ -744,12 +743,12 @@ def _where(r: Results) -> list[str]:
         out.append(
             "- **Spark jobs.** Over Thrift and Connect the fence's history reads are reads of"
             " the Delta log's files by the server (`fence/sql_log.py`), each one Spark job:"
-            " capture (`adapter.fence_begin` → `Fence.capture`: `_last_checkpoint` with"
-            " versions 0–15, and the window at the checkpoint when it is further on; the same"
-            " rows serve `Fence.check_earlier_runs`) and the pre-check (`Fence.precheck`: the"
-            " window from vB). Verification reads nothing when Delta reports the session's"
-            " commit right above vB (`verify.session_commit`). Jobs of these reads per fenced"
-            " run here: "
+            " capture (`adapter.fence_begin` → `Fence.capture`: versions 0–15 and the powers of"
+            " two in one read, then narrowing reads and a window of 16 when the table has more"
+            " versions; the same rows serve `Fence.check_earlier_runs`) and the pre-check"
+            " (`Fence.precheck`: the window from vB). Verification reads nothing when Delta"
+            " reports the session's commit right above vB (`verify.session_commit`). Jobs of"
+            " these reads per fenced run here: "
             + "; ".join(f"{m} {history_jobs(m)}" for m in ("thrift", "connect"))
             + ". `SHOW TABLE EXTENDED` (the location) reads the metastore and runs no job. On"
             " the session those reads go to `LogTail` (`fence/delta_log.py`, chosen by"
@@ -775,7 +774,10 @@ def _where(r: Results) -> list[str]:
                 " `SqlLog` never lists the directory: `SHOW TABLE EXTENDED` reads the location"
                 " from the metastore, and each read names the files it wants (Hadoop's"
                 " `GlobExpander` turns `_delta_log{/a,/b}` into one lookup per file); a"
-                " verification whose commit Delta reports right above vB reads nothing."
+                " verification whose commit Delta reports right above vB reads nothing. What"
+                " still grows is capture without a known version: one read of 32 named files"
+                " for a young table, then reads narrowing between two powers of two (4 reads"
+                " at 10,000 commits), each a small Spark job."
             )
         elif reader == "describe_history":
             out.append(
