@@ -26,6 +26,8 @@ from bench.pairs import (
     median_interval,
 )
 from bench.partitions import Partitions
+from bench.sizing import DEFAULTS as SPARK_DEFAULTS
+from bench.sizing import Sizing
 
 TARGET_RATIO = 1.05  # fenced/stock, merge at 2M rows
 
@@ -43,6 +45,7 @@ class Results:
     contention: list[Contention] = field(default_factory=list)
     partitions: list[Partitions] = field(default_factory=list)
     build: list[Build] = field(default_factory=list)
+    sizing: list[Sizing] = field(default_factory=list)
     # Parts measured by another run than the header's (`--only`): part -> "`command` on date".
     measured_apart: dict[str, str] = field(default_factory=dict)
     # The measuring machine's, not the one that redraws the docs.
@@ -74,6 +77,7 @@ class Results:
             ],
             partitions=[Partitions(**p) for p in data.get("partitions", [])],
             build=[Build(**b) for b in data.get("build", [])],
+            sizing=[Sizing(**z) for z in data.get("sizing", [])],
             measured_apart=data.get("measured_apart", {}),
         )
 
@@ -179,6 +183,15 @@ def _targets(r: Results) -> list[str]:
                 f"| {target}, {method} | fence statements: {fence}; whole run, fenced minus "
                 f"stock: {extra} | {met} |"
             )
+    if r.sizing:
+        ratios = r.sizing[0].ratios()
+        mid = statistics.median(ratios)
+        low, high = median_interval(ratios)
+        out.append(
+            f"| the session's sizing makes a {r.sizing[0].rows:,}-row merge no slower than"
+            f" Spark's defaults | sized/defaults {mid:.3f} (95% interval {low:.3f}–{high:.3f})"
+            f" | {_yes(high <= 1.0 or mid <= 1.0)} |"
+        )
     if r.contention:
         exact = all(c.exact for c in r.contention)
         out.append(
@@ -681,6 +694,33 @@ BUILD_LABELS = {
 }
 
 
+def _sizing(r: Results) -> list[str]:
+    z = r.sizing[0]
+    ratios = z.ratios()
+    low, high = median_interval(ratios)
+    confs = ", ".join(
+        f"`{k}` {z.sized_conf.get(k, '?')} (default {v})" for k, v in SPARK_DEFAULTS.items()
+    )
+    return [
+        "## 7. The session's sizing on a big merge",
+        "",
+        f"A MERGE of {z.batch_rows:,} rows (half updates, half new keys) into a"
+        f" {z.rows:,}-row Delta table, on two sessions of one JVM, alternating (`bench/sizing.py`):"
+        f" one with the settings the embedded session sizes to its {z.cores} cores ({confs}),"
+        " one with Spark's and Delta's defaults; the first pair warms up. Each session merges"
+        " into its own copy of the table; both hold the same rows afterwards.",
+        "",
+        "| setting | merges | median s |",
+        "|---|---|---|",
+        f"| sized to the cores | {len(z.sized)} | {statistics.median(z.sized):.2f} |",
+        f"| Spark's and Delta's defaults | {len(z.defaults)} |"
+        f" {statistics.median(z.defaults):.2f} |",
+        "",
+        f"Sized/defaults, median of the pairs: **{statistics.median(ratios):.3f}**"
+        f" (95% interval {low:.3f}–{high:.3f}).",
+    ]
+
+
 def _build(r: Results) -> list[str]:
     out = [
         "## 6. A small project's `dbt build` from a cold start",
@@ -884,6 +924,7 @@ def markdown(r: Results) -> str:
         ("contention", _contention),
         ("partitions", _partitions),
         ("build", _build),
+        ("sizing", _sizing),
     ):
         if getattr(r, name):
             heading, *body = render(r)

@@ -21,10 +21,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from bench import build, contention, history, jobs, pairs, partitions, report
+from bench import build, contention, history, jobs, pairs, partitions, report, sizing
 from bench.lakehouse import REPO, Lakehouse
 
-PARTS = ("pairs", "history", "jobs", "contention", "partitions", "build")
+PARTS = ("pairs", "history", "jobs", "contention", "partitions", "build", "sizing")
 
 
 # Part 5's writers: two replace_where, two self-reading appends, with fence_retries 3.
@@ -49,6 +49,9 @@ class Size:
     fence_retries: int
     # Part 6: rounds of the three cold `dbt build`s.
     build_rounds: int
+    # Part 7: a 1% MERGE into a table this big, sized session against Spark's defaults.
+    sizing_rows: int = 2_000_000
+    sizing_pairs: int = 5
 
 
 SIZES = {
@@ -155,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                 size.fence_retries,
                 results.cores,
             )
+        if "sizing" in parts:
+            print("7. the session's sizing on a big merge", flush=True)
+            results.sizing = [
+                sizing.run(house, size.sizing_rows, size.sizing_rows // 100, size.sizing_pairs)
+            ]
         if "partitions" in parts:
             print("5. writers on disjoint partitions, with a compaction job", flush=True)
             results.partitions = partitions.run(
