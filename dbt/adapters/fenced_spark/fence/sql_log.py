@@ -1,4 +1,4 @@
-"""The fence's history reads over SQL (Thrift, Connect), flat in the history's length.
+"""The fence's history reads over SQL (Thrift, Connect), without listing the Delta log.
 
 DESCRIBE HISTORY first brings Delta's snapshot up to date, which lists the whole `_delta_log`
 directory on HDFS and local disks, then reads the commit files in a Spark job: at 10,000
@@ -179,7 +179,8 @@ class SqlLog:
         """With no version known: a version that exists and a higher one that does not, at
         most a window apart, the newest between them. Versions 0..15 and powers of two first
         (in one read that also takes their commit infos), then narrowing."""
-        probes = sorted({*range(WINDOW), *(2**k for k in range(4, 20))})
+        # 31 paths and the staged commits' folder: over 32, Spark would list them in a job.
+        probes = sorted({*range(WINDOW), *(2**k for k in range(4, 19))})
         found = self._window(table, log, probes)
         if not found:
             raise CannotFollow("none of the probed versions exists")
