@@ -23,6 +23,7 @@ DEFAULTS = {
 }
 SETTINGS = ("sized", "defaults")
 CORES = os.cpu_count() or 1  # what the session sizes itself to (local[*])
+SIZED = {k: v for k, v in session.sized_conf(CORES).items() if k in DEFAULTS}
 
 
 @dataclass
@@ -40,16 +41,14 @@ class Sizing:
 
 def _session(house: Lakehouse, setting: str) -> Any:
     spark = house.connection()
-    conf = DEFAULTS if setting == "defaults" else session.sized_conf(CORES)
-    for key, value in conf.items():
-        if key in DEFAULTS:
-            spark.conf.set(key, value)
+    for key, value in (DEFAULTS if setting == "defaults" else SIZED).items():
+        spark.conf.set(key, value)
     return spark
 
 
 def run(house: Lakehouse, rows: int, batch_rows: int, pairs: int) -> Sizing:
     result = Sizing(rows, batch_rows, CORES)
-    result.sized_conf = {k: v for k, v in session.sized_conf(CORES).items() if k in DEFAULTS}
+    result.sized_conf = dict(SIZED)
     spark = house.connection()
     spark.sql(f"create schema if not exists {SCHEMA}")
     sessions = {setting: _session(house, setting) for setting in SETTINGS}

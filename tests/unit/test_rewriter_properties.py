@@ -114,7 +114,7 @@ def pinned(spelling: str) -> str:
     cannot resolve the clause with VERSION AS OF), any other spelling keeps its text."""
     if not spelling.upper().startswith("IDENTIFIER("):
         return spelling + PIN
-    parts = rewriter._identifier_string_parts(spelling[len("IDENTIFIER(") + 1 : -2])
+    parts = rewriter.name_parts(spelling[len("IDENTIFIER(") + 1 : -2])
     assert parts is not None
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts) + PIN
 

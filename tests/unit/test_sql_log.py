@@ -8,7 +8,8 @@ import re
 import pytest
 
 from dbt.adapters.fenced_spark.fence.history import Commit, commit_file
-from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlLog, name_parts
+from dbt.adapters.fenced_spark.fence.rewriter import name_parts
+from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlLog
 
 LOG = "file:/w/orders/_delta_log"
 

@@ -172,7 +172,8 @@ def _tokens(sql: str) -> list[Token]:
 _STRING_PART = re.compile(r"\s*(?:`((?:[^`]|``)*)`|(\w+))\s*")
 
 
-def _identifier_string_parts(text: str) -> list[str] | None:
+def name_parts(text: str) -> list[str] | None:
+    """`a`.`b` or a.b as its parts, unquoted; None when it is not one multipart name."""
     parts: list[str] = []
     pos = 0
     while True:
@@ -218,7 +219,7 @@ def _parsed_reference_end(
     literal = _identifier_clause_literal(table.this)
     if literal is None or table.args.get("db") or table.args.get("catalog"):
         return None  # a table function, not a table
-    names = _identifier_string_parts(literal.this)
+    names = name_parts(literal.this)
     if names is None or (len(names) == 1 and names[0].lower() in ctes):
         return None
     if not target.matches_parts(names):
@@ -367,7 +368,7 @@ def _identifier_clause_at(tokens: Sequence[Token], i: int) -> tuple[list[str], i
         or close_paren.token_type != TokenType.R_PAREN
     ):
         return None
-    names = _identifier_string_parts(string.text)
+    names = name_parts(string.text)
     return None if names is None else (names, i + 3)
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from dbt.adapters.fenced_spark.fence.delta_log import commit_from_info
 from dbt.adapters.fenced_spark.fence.history import Commit, HistorySource, SqlHistory, commit_file
+from dbt.adapters.fenced_spark.fence.rewriter import name_parts
 
 T = TypeVar("T")
 
@@ -41,27 +42,6 @@ _STAGED = "_staged_commits"
 
 class CannotFollow(Exception):
     """The log is not one this reader can follow: DESCRIBE HISTORY answers instead."""
-
-
-def name_parts(table: str) -> list[str] | None:
-    """`a`.`b` or a.b as its parts, unquoted; None when it cannot be split for sure."""
-    parts, rest = [], table.strip()
-    while rest:
-        if rest.startswith("`"):
-            match = re.match(r"`((?:[^`]|``)*)`", rest)
-            if match is None:
-                return None
-            parts.append(match.group(1).replace("``", "`"))
-        else:
-            match = re.match(r"[A-Za-z0-9_]+", rest)
-            if match is None:
-                return None
-            parts.append(match.group(0))
-        rest = rest[match.end() :]
-        if rest and not rest.startswith("."):
-            return None
-        rest = rest[1:]
-    return parts
 
 
 def glob_literal(location: str) -> str:
