@@ -166,12 +166,16 @@ def measure(house: Lakehouse, table: str, result: HistoryResult, reps: int) -> N
     invocation = str(uuid.uuid4())
     for rep in range(reps):
         runner.calls.clear()
-        # Capture and write are separate adapter calls, each with a new Fence (and reader).
-        read_version = runner.fence().latest_version(table)
+        # Capture and write are separate adapter calls, each with a new Fence (and reader);
+        # over SQL the second finds the table's log where the first did, as a node's steps do.
+        node: dict[str, str | None] = {}
+        read_version = runner.fence(node).latest_version(table)
         state = strict_append(
             table, read_version, invocation, f"model.bench.history_{result.reader}_{rep}"
         )
-        written = runner.fence().write(state, f"insert into {table} values ({-rep - 1}, 'fenced')")
+        written = runner.fence(node).write(
+            state, f"insert into {table} values ({-rep - 1}, 'fenced')"
+        )
         if written.outcome != Outcome.COMMITTED or written.commit_version != read_version + 1:
             raise RuntimeError(f"{table}: fenced write {written}")
         calls = runner.calls

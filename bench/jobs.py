@@ -35,11 +35,18 @@ KINDS = [
     (r"^show", "SHOW"),
     (r"^select 1$", "SELECT 1 (opening a Connect session)"),
     (r"^select path, .* from binaryfile\.", "commit files (SqlLog)"),
+    (r"^explain select path from binaryfile\.", "commit file probes (SqlLog)"),
     (r"^select", "SELECT"),
     (r"^create", "CREATE"),
 ]
 
-FENCE_ONLY = ("DESCRIBE HISTORY", "commit files (SqlLog)", "SET / RESET", "DROP VIEW")
+FENCE_ONLY = (
+    "DESCRIBE HISTORY",
+    "commit files (SqlLog)",
+    "commit file probes (SqlLog)",
+    "SET / RESET",
+    "DROP VIEW",
+)
 OPEN_CHECK = "select 1"  # connect.open_session's liveness check
 
 

@@ -70,12 +70,13 @@ class FenceRunner(SessionRunner):
         self.calls.append(Call("probe", sql, time.perf_counter() - started))
         return rows
 
-    def fence(self) -> Fence:
-        """A Fence as the adapter builds one for a step: its reader new, nothing cached."""
+    def fence(self, node: dict[str, str | None] | None = None) -> Fence:
+        """A Fence as the adapter builds one for a step: its reader new, nothing cached but
+        where the node's earlier steps found the table's log (`node`, over SQL)."""
         sql = SqlHistory(self)
         log: HistoryReader = {
             "delta_log": LogTail(self.spark, fallback=sql),
-            "sql": SqlLog(self),
+            "sql": SqlLog(self, node),
             "describe_history": sql,
         }[self.reader]
         return Fence(self, nullcontext, log=TimedLog(self, log))

@@ -49,9 +49,10 @@ FENCE_KINDS = [
     (r"^describe history", "DESCRIBE HISTORY"),
     (r"^describe detail", "DESCRIBE DETAIL"),  # the table's location, for delta.`path` reads
     # fence/sql_log.py: the table's location (stock's own listing is `like '*'`, unquoted),
-    # then commit files by path
+    # then commit files by path, and which exist (Spark's plan for reading them)
     (r"^show table extended in `[^`]*` like '[^*]", "SHOW TABLE EXTENDED"),
     (r"^select path, .* from binaryfile\.", "commit files"),
+    (r"^explain select path from binaryfile\.", "commit file probes"),
     (r"^restore table", "RESTORE"),  # a revert; never in a clean run
 ]
 LOG_READS = "history reads (LogTail)"

@@ -359,7 +359,8 @@ def _servers_prose(r: Results) -> list[str]:
         " protocols' difference as well as the fence, and the fence's own time over Connect"
         " tells them apart. *identical* compares each fenced table with stock's over Thrift."
         " Over the servers the fence's history reads are SQL statements (`SHOW TABLE"
-        " EXTENDED` and reads of commit files, `fence/sql_log.py`): they are in dbt's query log"
+        " EXTENDED`, reads of commit files, and `EXPLAIN`s of such reads, whose plan counts the"
+        " files that exist without reading them, `fence/sql_log.py`): they are in dbt's query log"
         " with its other statements.",
         "",
     ]
@@ -489,7 +490,7 @@ def _fence_parts(r: Results) -> list[str]:
 SERVER_TARGETS = ("merge", "append_if_unchanged")  # #31: no slower than stock's on Thrift
 POLL_1S = "thrift, poll_interval 1"  # bench.pairs.SERVER_STOCKS
 # The fence's history reads over SQL, by bench.pairs.FENCE_KINDS: its reader before and now.
-HISTORY_KINDS = ("DESCRIBE HISTORY", "SHOW TABLE EXTENDED", "commit files")
+HISTORY_KINDS = ("DESCRIBE HISTORY", "SHOW TABLE EXTENDED", "commit files", "commit file probes")
 
 READER_NAMES = {
     "delta_log": "session (the Delta log)",
@@ -511,10 +512,12 @@ def _history(r: Results) -> list[str]:
         " committed, and the log only when that is not the one right above vB). Three readers:"
         " *session* is what `method: session` uses (`fence/delta_log.py`: `_last_checkpoint`,"
         " then probes for `N.json` and the commitInfo line of each new commit); *SQL path* is"
-        " what Thrift and Connect use (`fence/sql_log.py`: the server reads `_last_checkpoint`"
-        " and a window of commit files by exact path, `binaryFile` with a brace pattern Hadoop"
-        " expands into single paths, and the table's location from `SHOW TABLE EXTENDED`), run"
-        " here as SQL on a session; *DESCRIBE HISTORY* is `DESCRIBE HISTORY t LIMIT n`, the"
+        " what Thrift and Connect use (`fence/sql_log.py`: the table's location from `SHOW TABLE"
+        " EXTENDED`, then commit files by exact path, `binaryFile` with a brace pattern Hadoop"
+        " expands into single paths; whether files exist from the `EXPLAIN` of such a read,"
+        " whose plan counts them without a Spark job: the pre-check on an untouched table is"
+        " one such statement, at the location the capture found), run here as SQL on a"
+        " session; *DESCRIBE HISTORY* is `DESCRIBE HISTORY t LIMIT n`, the"
         " SQL path before it and its fallback. Medians in ms. *Cold*: capture right"
         " after `DeltaLog.clearCache()`, what the first run in a new process pays. *The INSERT*"
         " is Delta's own write, for scale: stock dbt-spark pays it too, and it grows with the"
@@ -784,9 +787,12 @@ def _where(r: Results) -> list[str]:
             "- **Spark jobs.** Over Thrift and Connect the fence's history reads are reads of"
             " the Delta log's files by the server (`fence/sql_log.py`), each one Spark job:"
             " capture (`adapter.fence_begin` → `Fence.capture`: versions 0–15 and the powers of"
-            " two in one read, then narrowing reads and a window of 16 when the table has more"
-            " versions; the same rows serve `Fence.check_earlier_runs`) and the pre-check"
-            " (`Fence.precheck`: the window from vB). Verification reads nothing when Delta"
+            " two in one read, then `EXPLAIN`s narrowing between two of them and a window of 16"
+            " when the table has more versions; the same rows serve `Fence.check_earlier_runs`)"
+            " and, only when something landed after vB, the pre-check (`Fence.precheck`: the"
+            " window from vB; whether anything landed is one `EXPLAIN` whose plan counts vB's"
+            " commit file, the next one and any staged commit, and runs no job). Verification"
+            " reads nothing when Delta"
             " reports the session's commit right above vB (`verify.session_commit`). Jobs of"
             " these reads per fenced run here: "
             + "; ".join(f"{m} {history_jobs(m)}" for m in ("thrift", "connect"))
@@ -814,10 +820,12 @@ def _where(r: Results) -> list[str]:
                 " `SqlLog` never lists the directory: `SHOW TABLE EXTENDED` reads the location"
                 " from the metastore, and each read names the files it wants (Hadoop's"
                 " `GlobExpander` turns `_delta_log{/a,/b}` into one lookup per file); a"
-                " verification whose commit Delta reports right above vB reads nothing. What"
+                " verification whose commit Delta reports right above vB reads nothing, and a"
+                " pre-check on an untouched table is one `EXPLAIN` without a job. What"
                 " still grows is capture without a known version: one read of 32 named files"
-                " for a young table, then reads narrowing between two powers of two (4 reads"
-                " at 10,000 commits), each a small Spark job."
+                " for a young table; for an older one `EXPLAIN`s narrowing between two powers"
+                " of two (2 at 10,000 commits, no job) and a read of the window, so 2 small"
+                " Spark jobs instead of 1."
             )
         elif reader == "describe_history":
             out.append(

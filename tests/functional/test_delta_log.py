@@ -104,24 +104,53 @@ def test_latest_version_from_any_starting_point(spark, table, kind):
     assert (late.version, late.operation, late.read_version) == (latest + 1, "WRITE", latest)
 
 
+def jobs(spark, group, read):
+    """How many Spark jobs `read` ran (in this thread)."""
+    spark.sparkContext.setJobGroup(group, group)
+    try:
+        read()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
 def test_runs_no_spark_job(spark, table):
     sql, log = readers(spark)
-    tracker = spark.sparkContext.statusTracker()
-
-    def jobs(group, read):
-        spark.sparkContext.setJobGroup(group, group)
-        try:
-            read()
-        finally:
-            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-        return len(tracker.getJobIdsForGroup(group))
-
     # The control proves the count sees the jobs of this thread's reads.
-    assert jobs("fence-sql-history", lambda: sql.commits_since(table, 10)) >= 1
+    assert jobs(spark, "fence-sql-history", lambda: sql.commits_since(table, 10)) >= 1
     assert (
-        jobs("fence-log-tail", lambda: (log.latest_version(table), log.commits_since(table, 10)))
+        jobs(
+            spark,
+            "fence-log-tail",
+            lambda: (log.latest_version(table), log.commits_since(table, 10)),
+        )
         == 0
     )
+
+
+def test_sql_log_counts_commit_files_from_spark_s_plan_without_a_job(spark, table):
+    """A pre-check on a table nothing touched is one EXPLAIN: Spark's plan counts the commit
+    files that exist, reading none. A commit after it is seen."""
+    runner = SessionRunner(spark.newSession())
+    latest = SqlHistory(runner).latest_version(table)
+    node: dict = {}
+    capture = SqlLog(runner, node)
+    capture.fallback = SqlHistory(NoFallback())
+    assert capture.latest_version(table) == latest
+    log_dir = node[table]
+    assert log_dir is not None and log_dir.endswith("/_delta_log")
+    assert capture._count(log_dir, [0, 5, latest, latest + 1, latest + 7]) == 3
+
+    precheck = SqlLog(runner, node)
+    precheck.fallback = SqlHistory(NoFallback())
+    statements = []
+    fetch = runner.fetch
+    runner.fetch = lambda sql: statements.append(sql) or fetch(sql)  # type: ignore[method-assign]
+    assert jobs(spark, "fence-sql-precheck", lambda: precheck.latest_version(table, latest)) == 0
+    assert len(statements) == 1 and statements[0].startswith("EXPLAIN SELECT path")
+
+    spark.newSession().sql(f"insert into {table} values (100, 'late', 'x')")
+    assert SqlLog(runner, node).latest_version(table, latest) == latest + 1
 
 
 @KINDS

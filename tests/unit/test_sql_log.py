@@ -31,6 +31,8 @@ class FakeServer:
         self.statements: list[str] = []
         self.history_reads = 0
         self.fails: str | None = None
+        # What EXPLAIN's file scan prints; None: a plan that says nothing of its paths.
+        self.plan: str | None = "FileScan binaryFile [path#1] Location: InMemoryFileIndex({} paths)"
 
     def commit(self) -> None:
         latest = max(int(n[:20]) for n in self.files if n[:20].isdigit())
@@ -45,10 +47,16 @@ class FakeServer:
             return [("analytics", "orders", False, info)]
         match = re.search(r"FROM (binaryFile|text)\.`(.*)\{(.*)\}`$", sql)
         assert match and match.group(2) == LOG, sql
+        if sql.startswith("EXPLAIN SELECT path FROM binaryFile"):
+            # Spark's file index counts every path the pattern expands to, `_` names too.
+            found = [n for a in match.group(3).split(",") for n in self._matching(a)]
+            if not found:
+                raise RuntimeError("[PATH_NOT_FOUND] Path does not exist: file:/w/orders")
+            plan = "== Physical Plan ==\n" + (self.plan or "LocalTableScan").format(len(found))
+            return [(plan,)]
         rows = []
         for alternative in match.group(3).split(","):
-            pattern = alternative.removeprefix("/")
-            for name in [n for n in self.files if fnmatch.fnmatch(n, pattern)]:
+            for name in self._matching(alternative):
                 if name.rsplit("/", 1)[-1].startswith("_"):
                     continue  # Spark's file sources skip these
                 text = self.files[name]
@@ -62,6 +70,9 @@ class FakeServer:
             raise RuntimeError("[PATH_NOT_FOUND] Path does not exist: file:/w/orders")
         return rows
 
+    def _matching(self, alternative: str) -> list[str]:
+        return [n for n in self.files if fnmatch.fnmatch(n, alternative.removeprefix("/"))]
+
     def history(self, table: str, limit: int) -> list[Commit]:
         self.history_reads += 1
         return [Commit(0, "CREATE TABLE", None, None)]
@@ -70,7 +81,13 @@ class FakeServer:
         raise AssertionError("SqlLog finds the location in the catalog")
 
     def reads(self) -> int:
-        return sum("binaryFile" in s for s in self.statements)
+        return sum(s.startswith("SELECT") and "binaryFile" in s for s in self.statements)
+
+    def probes(self) -> int:
+        return sum(s.startswith("EXPLAIN") for s in self.statements)
+
+    def lookups(self) -> int:
+        return sum(s.startswith("SHOW TABLE EXTENDED") for s in self.statements)
 
 
 TABLE = "`analytics`.`orders`"
@@ -95,9 +112,65 @@ def test_the_newest_version_is_found_by_named_files_alone(versions):
     server = FakeServer(versions)
     assert SqlLog(server).latest_version(TABLE) == versions - 1
     assert server.history_reads == 0
-    assert server.reads() <= 6  # the probes, a few narrowings, the window
+    # The probes and the window are read; the narrowing between them only asks Spark's plan.
+    assert server.reads() <= 2 and server.probes() <= 4
     for sql in server.statements[1:]:
         assert len(re.findall(r"/\d{20}\.json", sql)) <= PROBES
+
+
+@pytest.mark.parametrize("versions", [40, 10_000])
+def test_a_plan_that_does_not_count_its_paths_is_narrowed_by_reads(versions):
+    server = FakeServer(versions)
+    server.plan = None
+    assert SqlLog(server).latest_version(TABLE) == versions - 1
+    assert server.history_reads == 0 and server.reads() <= 6
+
+
+def test_a_pre_check_on_an_untouched_table_asks_the_plan_only_and_not_the_catalog_again():
+    server = FakeServer(10_000)
+    node: dict = {}
+    SqlLog(server, node).recent(TABLE, 32).__next__()  # capture: the catalog, the files
+    server.statements.clear()
+    assert SqlLog(server, node).latest_version(TABLE, known=9_999) == 9_999
+    assert len(server.statements) == 1 and server.probes() == 1
+    assert (
+        "/00000000000000009999.json,/00000000000000010000.json,/_staged_commits/*}"
+        in (server.statements[0])
+    )
+
+
+def test_a_pre_check_after_a_commit_reads_it():
+    server = FakeServer(120)
+    node: dict = {}
+    SqlLog(server, node).latest_version(TABLE)
+    server.commit()
+    log = SqlLog(server, node)
+    assert log.latest_version(TABLE, known=119) == 120
+    assert [c.operation for c in log.commits_since(TABLE, 119)] == ["MERGE"]
+
+
+def test_reads_of_commits_ask_the_catalog_in_each_step_a_moved_table_is_read_where_it_is():
+    server = FakeServer(20)
+    node = {TABLE: "file:/w/moved_from/_delta_log"}  # an earlier step's lookup
+    log = SqlLog(server, node)
+    server.commit()
+    assert [c.version for c in log.commits_since(TABLE, 19)] == [20]
+    assert server.lookups() == 1 and node[TABLE] == LOG
+    assert log.latest_version(TABLE, known=20) == 20  # the step's own lookup from here on
+
+
+def test_a_pre_check_sees_a_staged_commit_and_a_cleaned_up_version():
+    server = FakeServer(5)
+    node: dict = {}
+    SqlLog(server, node).latest_version(TABLE)
+    server.files["_staged_commits/00000000000000000005.3f2a.json"] = "{}"
+    SqlLog(server, node).latest_version(TABLE, known=4)
+    assert server.history_reads == 1
+    server = FakeServer(5)
+    SqlLog(server, node).latest_version(TABLE)
+    del server.files[commit_file(4)]  # gone: nothing to count from
+    SqlLog(server, node).latest_version(TABLE, known=4)
+    assert server.history_reads == 1
 
 
 @pytest.mark.parametrize("versions", [120, 10_000])

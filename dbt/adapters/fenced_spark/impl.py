@@ -148,12 +148,13 @@ class FenceSql:
         names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
         return str(dict(zip(names, rows[0], strict=True))["location"])
 
-    def log(self) -> HistoryReader:
+    def log(self, locations: dict[str, str | None] | None = None) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
-        # Thrift and Connect clients have no JVM of their own: the server reads the files.
+        # Thrift and Connect clients have no JVM of their own: the server reads the files,
+        # where the node's earlier steps found them (`locations`).
         handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
         if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
-            return SqlLog(self)
+            return SqlLog(self, locations)
         return LogTail(handle.spark, fallback=SqlHistory(self))
 
 
@@ -347,7 +348,9 @@ class FencedSparkAdapter(SparkAdapter):
 
     def _fence(self) -> Fence:
         runner = FenceSql(self.connections)
-        return Fence(runner, self.connections.single_attempt, log=runner.log())
+        txn = self._txn()
+        log = runner.log(txn.logs if txn is not None else None)
+        return Fence(runner, self.connections.single_attempt, log=log)
 
     @records_failure
     def execute(

@@ -51,6 +51,9 @@ class NodeTransaction:
     # The table's location, for ``delta.`<location>` `` reads; looked up only for SQL that
     # has one (`names_a_path`), since it costs a statement.
     location: str | None = None
+    # Over SQL, where the fence's reads found the table's Delta log (fence/sql_log.py): a
+    # pre-check reuses it instead of asking the catalog again.
+    logs: dict[str, str | None] = field(default_factory=dict)
     # The session's current schema, for SQL that names the table bare (after a hook's `USE`);
     # looked up only for such SQL (`names_bare`), since it costs a statement.
     current_schema: str | None = None

@@ -9,10 +9,14 @@ path: Hadoop expands a path pattern whose braces hold slashes into one path per 
 not exist is simply not read. Versions are contiguous files, so the newest is found by probing
 named versions: from a known one (vB) a window of 16; with none known, powers of two, then
 narrowing between the last that exists and the next (Spark's file sources skip names starting
-with `_`, so `_last_checkpoint` cannot serve as the start). The catalog says where the table
-lives (SHOW TABLE EXTENDED reads the metastore, not the log). Anything else (a table outside
-the session catalog, a log whose versions the probes miss, an unreadable commit) goes to
-DESCRIBE HISTORY, which says what is wrong in Spark's own words.
+with `_`, so `_last_checkpoint` cannot serve as the start). Whether files exist is asked of
+Spark's plan for reading them (EXPLAIN: its file index counts the paths that exist), which runs
+no Spark job: a pre-check on a table nothing has touched since vB is one such statement, and
+narrowing needs no file read. The catalog says where the table lives (SHOW TABLE EXTENDED reads
+the metastore, not the log), once per node for those existence checks and once per step for
+reads of commits. Anything else (a table outside the session catalog, a log whose versions the
+probes miss, an unreadable commit) goes to DESCRIBE HISTORY, which says what is wrong in Spark's
+own words.
 """
 
 import json
@@ -35,6 +39,8 @@ PROBES = 32
 _COMMIT_INFO = '(?md)^([{]"commitInfo"[ \t]*:.*)$'
 _LOCATION = re.compile(r"^Location: (.+)$", re.M)
 _PROVIDER = re.compile(r"^Provider: (.+)$", re.M)
+# EXPLAIN's file scan: how many of the paths it was given exist (Spark lists them, reads none).
+_PATHS = re.compile(r"InMemoryFileIndex\((\d+) paths?\)")
 # What Spark says when no file of a read exists.
 _NONE_EXIST = re.compile(r"PATH_NOT_FOUND|Path does not exist", re.I)
 _STAGED = "_staged_commits"
@@ -51,19 +57,25 @@ def glob_literal(location: str) -> str:
 
 class SqlLog:
     """The fence's HistoryReader over SQL. One per fence step, like the session's LogTail:
-    where the table lives is looked up once per step."""
+    where the table lives is looked up once per step for reads of its commits. `node` carries
+    what the node's earlier steps looked up, for `latest_version` from a known version (the
+    pre-check): a table moved elsewhere since then is seen by the verification, which reads
+    commits (docs/limits.md)."""
 
-    def __init__(self, source: HistorySource) -> None:
+    def __init__(self, source: HistorySource, node: dict[str, str | None] | None = None) -> None:
         self.source = source
         self.fallback = SqlHistory(source)
+        self._node = {} if node is None else node
         self._logs: dict[str, str | None] = {}
         # Commit infos read so far, by table and version: a commit never changes once written.
         # Only ever used for a version's content; whether a version exists is always read anew.
         self._infos: dict[str, dict[int, dict[str, Any]]] = {}
 
-    def _log(self, table: str) -> str | None:
+    def _log(self, table: str, carried: bool = False) -> str | None:
+        if carried and table not in self._logs and table in self._node:
+            return self._node[table]
         if table not in self._logs:
-            self._logs[table] = self._resolve(table)
+            self._logs[table] = self._node[table] = self._resolve(table)
         return self._logs[table]
 
     def _resolve(self, table: str) -> str | None:
@@ -93,21 +105,40 @@ class SqlLog:
         # The catalog prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
         return glob_literal(locations[0].strip().rstrip("/")) + "/_delta_log"
 
+    @staticmethod
+    def _paths(log: str, versions: Sequence[int], extra: str = "") -> str:
+        """One path Hadoop expands into the commit files of `versions` (and `extra`)."""
+        names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
+        alternatives = ",".join(names)
+        return f"{log}{{{alternatives}}}".replace("`", "``")
+
     def _select(
         self, columns: str, source: str, log: str, versions: Sequence[int], extra: str = ""
     ) -> list:
         """`columns` of the commit files of `versions` that exist, by exact path (and of the
         files `extra` matches); no rows when none exists (Spark fails the statement then); any
         other failure raises."""
-        names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
-        alternatives = ",".join(names)
-        path = f"{log}{{{alternatives}}}".replace("`", "``")
+        path = self._paths(log, versions, extra)
         try:
             return list(self.source.fetch(f"SELECT {columns} FROM {source}.`{path}`"))
         except Exception as exc:
             if _NONE_EXIST.search(str(exc)):
                 return []
             raise
+
+    def _count(self, log: str, versions: Sequence[int], staged: bool = False) -> int | None:
+        """How many of the commit files of `versions` exist (and staged commits, with
+        `staged`), from the plan Spark makes to read them: no file is read, no job runs.
+        None when the plan does not say."""
+        path = self._paths(log, versions, f"/{_STAGED}/*" if staged else "")
+        try:
+            rows = self.source.fetch(f"EXPLAIN SELECT path FROM binaryFile.`{path}`")
+        except Exception as exc:
+            if _NONE_EXIST.search(str(exc)):
+                return 0
+            raise
+        counts = _PATHS.findall("\n".join(str(row[0]) for row in rows))
+        return int(counts[0]) if len(counts) == 1 else None
 
     def _read(self, log: str, versions: Sequence[int], content: str = "info") -> dict[int, str]:
         """The versions among `versions` whose commit files exist, each with its commitInfo
@@ -172,10 +203,14 @@ class SqlLog:
         while high - low > WINDOW:
             step = (high - low) // PROBES
             points = list(range(low + step, high, step))[: PROBES - 1]
-            exists = self._read(log, points, content="none")
-            if exists:
-                low = max(exists)
-            high = min((v for v in points if v > low), default=high)
+            # Versions above `low` that exist are contiguous: those among the points that
+            # exist are the first `count` of them.
+            count = self._count(log, points)
+            if count is None:
+                exists = self._read(log, points, content="none")
+                count = len([p for p in points if p <= max(exists, default=low)])
+            low = points[count - 1] if count else low
+            high = points[count] if count < len(points) else high
         return low, high
 
     def _latest(self, log: str, table: str, start: int | None) -> int:
@@ -185,8 +220,14 @@ class SqlLog:
                 return start  # the next version was probed and is not there
         return self._forward(table, log, start)
 
-    def _answer(self, table: str, read: Callable[[str], T], fallback: Callable[[], T]) -> T:
-        log = self._log(table)
+    def _answer(
+        self,
+        table: str,
+        read: Callable[[str], T],
+        fallback: Callable[[], T],
+        carried: bool = False,
+    ) -> T:
+        log = self._log(table, carried)
         if log is None:
             return fallback()
         try:
@@ -194,11 +235,23 @@ class SqlLog:
         except CannotFollow:
             return fallback()
 
+    def _unmoved(self, log: str, known: int) -> bool:
+        """`known` is still the newest version: one file of `known`, `known + 1` and the staged
+        commits exists. It is `known`'s, unless a cleanup removed `known` as `known + 1` landed:
+        then our write commits above that commit and the verification judges it."""
+        return self._count(log, [known, known + 1], staged=True) == 1
+
     def latest_version(self, table: str, known: int | None = None) -> int:
+        def read(log: str) -> int:
+            if known is not None and self._unmoved(log, known):
+                return known
+            return self._latest(log, table, known)
+
         return self._answer(
             table,
-            lambda log: self._latest(log, table, known),
+            read,
             lambda: self.fallback.latest_version(table, known),
+            carried=known is not None,
         )
 
     def recent(self, table: str, limit: int) -> Iterator[Commit]:
