@@ -1,7 +1,10 @@
 """Reading a Delta table's truth, and writing to it as somebody else."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -225,3 +228,30 @@ class ForeignAt:
             assert not self._timer.is_alive(), "the foreign statements never finished"
         if self.error is not None:
             raise self.error
+
+
+def dbt_process(project, name: str, dbt_vars: dict) -> subprocess.Popen:
+    """`dbt run` of the test project in a process of its own (its output in `<name>.out`), as
+    a second scheduler or a double-fired job would start it."""
+    dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
+    command = [
+        dbt,
+        "run",
+        "--project-dir",
+        str(project.project_root),
+        "--profiles-dir",
+        str(project.profiles_dir),
+        "--target-path",
+        f"target_{name}",
+        "--log-path",
+        f"logs_{name}",
+        "--vars",
+        json.dumps(dbt_vars),
+    ]
+    with open(os.path.join(project.project_root, f"{name}.out"), "w") as f:
+        return subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, text=True)
+
+
+def process_output(project, name: str) -> str:
+    with open(os.path.join(project.project_root, f"{name}.out")) as f:
+        return f.read()

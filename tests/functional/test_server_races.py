@@ -7,15 +7,21 @@ has: a notebook's SQL client, and a second `dbt run` of the same project.
 """
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
-from tests.functional.lakehouse import ForeignWriter, OrdersTable, history, ours, rows
+from tests.functional.lakehouse import (
+    ForeignWriter,
+    OrdersTable,
+    dbt_process,
+    history,
+    ours,
+    process_output,
+    rows,
+)
 
 pytestmark = pytest.mark.skip_profile(
     "session", reason="these races need a server: run with --profile thrift or connect"
@@ -79,28 +85,10 @@ class TestTwoDbtRunsAtOnce(ThriftRaceBase):
     """Two `dbt run` processes of one project, one server, one table, at the same moment."""
 
     def dbt_run(self, project, name: str, batch: str) -> subprocess.Popen:
-        dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
-        out = os.path.join(project.project_root, f"{name}.out")
-        command = [
-            dbt,
-            "run",
-            "--project-dir",
-            str(project.project_root),
-            "--profiles-dir",
-            str(project.profiles_dir),
-            "--target-path",
-            f"target_{name}",
-            "--log-path",
-            f"logs_{name}",
-            "--vars",
-            json.dumps({"batch": batch, "hold_ms": 10000}),
-        ]
-        with open(out, "w") as f:
-            return subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, text=True)
+        return dbt_process(project, name, {"batch": batch, "hold_ms": 10000})
 
     def output(self, project, name: str) -> str:
-        with open(os.path.join(project.project_root, f"{name}.out")) as f:
-            return f.read()
+        return process_output(project, name)
 
     def test_one_wins_the_other_fails_loudly_and_nothing_is_lost(self, project, spark, table):
         vb = history(spark, table)[-1].version

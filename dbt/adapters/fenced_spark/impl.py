@@ -17,11 +17,12 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import session
+from dbt.adapters.fenced_spark import python_model, session
 from dbt.adapters.fenced_spark.connections import (
     ConnectHandle,
     FencedSparkConnectionManager,
     SessionHandle,
+    spark_errors,
 )
 from dbt.adapters.fenced_spark.fence import verify
 from dbt.adapters.fenced_spark.fence.batch import batch_id
@@ -246,6 +247,8 @@ class FencedSparkAdapter(SparkAdapter):
         node = getattr(config, "model", None)
         if node is not None and node.config.get("file_format") is None:
             node.config["file_format"] = "delta"
+        if node is not None and getattr(node, "language", "sql") == "python":
+            self._check_python_method(node.unique_id)  # before its hooks and materialization
         # The node's compile time ends here: its materialization starts.
         txn = self._txn()
         if txn is not None and txn.phase == Phase.COMPILE:
@@ -547,7 +550,11 @@ class FencedSparkAdapter(SparkAdapter):
         return txn is not None and bool(txn.compile_reads)
 
     @available
-    def fence_reads_self(self, sql: str, relation: FencedSparkRelation) -> bool:
+    def fence_reads_self(
+        self, sql: str, relation: FencedSparkRelation, language: str = "sql"
+    ) -> bool:
+        if language == "python":
+            return python_model.reads_self(sql, str(relation.identifier))
         return self.fence_read_at_compile_time() or reads_self(
             sql,
             str(relation.schema),
@@ -559,12 +566,18 @@ class FencedSparkAdapter(SparkAdapter):
     @available
     @records_failure
     def fence_stage(
-        self, relation: FencedSparkRelation, staging: FencedSparkRelation, compiled_code: str
+        self,
+        relation: FencedSparkRelation,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        language: str = "sql",
     ) -> str:
         """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view; the
-        statement that made it, for target/run."""
+        statement that made it, for target/run. A Python model runs here, and its DataFrame is
+        the view."""
         txn = self._node()
         txn.phase = Phase.MODEL
+        txn.language = language
         return self._stage(relation, staging, compiled_code, txn.state)  # type: ignore[arg-type]
 
     def _stage(
@@ -574,6 +587,8 @@ class FencedSparkAdapter(SparkAdapter):
         compiled_code: str,
         state: FenceState,
     ) -> str:
+        if self._node().language == "python":
+            return self._stage_python(relation, staging, compiled_code, state)
         pinned = pin_self_reads(
             compiled_code,
             str(relation.schema),
@@ -592,6 +607,81 @@ class FencedSparkAdapter(SparkAdapter):
             self._fence().precheck(state)
             raise
         return str(view_sql)
+
+    def _stage_python(
+        self,
+        relation: FencedSparkRelation,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        state: FenceState,
+    ) -> str:
+        txn = self._node()
+
+        def current_schema() -> str | None:
+            # Only for a bare name the model reads (`spark.table("orders")`): a statement.
+            if txn.current_schema is None:
+                txn.current_schema = FenceSql(self.connections).current_schema()
+            return txn.current_schema
+
+        pin = python_model.Pin(
+            schema=txn.schema,
+            identifier=txn.identifier,
+            table=txn.table,
+            version=state.pinned,
+            current_schema=current_schema,
+            pin_sql=lambda sql: pin_self_reads(
+                sql,
+                txn.schema,
+                txn.identifier,
+                state.pinned,
+                self._location(sql),
+                self._current_schema(sql),
+            ),
+        )
+        name = txn.node
+        try:
+            with spark_errors():
+                python_model.stage(
+                    self._python_session(name), compiled_code, name, str(staging.identifier), pin
+                )
+        except DbtRuntimeError:
+            # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
+            self._fence().precheck(state)
+            raise
+        txn.reads.extend(pin.reads)
+        return (
+            f"# staged as the temporary view {staging.identifier}, "
+            f"reading {txn.display} at v{state.pinned}"
+        )
+
+    def _check_python_method(self, model: str) -> None:
+        method = str(getattr(self.config.credentials.method, "value", ""))
+        if method not in python_model.PYTHON_METHODS:
+            raise DbtRuntimeError(
+                f"Python model {model}: method '{method}' cannot run Python models (a Thrift "
+                "client sends SQL, it has no SparkSession to run them in); run it on a target "
+                f"with method {' or '.join(python_model.PYTHON_METHODS)}, or write it in SQL"
+            )
+
+    def _python_session(self, model: str) -> Any:
+        """The node's own SparkSession, where its Python runs."""
+        self._check_python_method(model)
+        return self.connections.get_thread_connection().handle.handle.spark
+
+    @available.parse_none
+    def submit_python_job(self, parsed_model: dict, compiled_code: str) -> AdapterResponse:
+        # dbt-spark submits to Databricks; the script runs in the node's own session instead.
+        model = str(parsed_model.get("unique_id", parsed_model.get("name")))
+        spark = self._python_session(model)
+        txn = self._txn()
+        with spark_errors():
+            if txn is not None and txn.build is not None:
+                # A batch's first run or full refresh is that batch's write (fence_tag_build).
+                with self._fence().tagged(txn.build, "write", strict=False):
+                    python_model.run_script(spark, compiled_code, model)
+            else:
+                python_model.run_script(spark, compiled_code, model)
+        return AdapterResponse(_message="OK")
 
     @available
     def fence_phase(self, phase: str) -> str:
@@ -713,9 +803,10 @@ class FencedSparkAdapter(SparkAdapter):
         """What the node read of its target (every pinned statement and the model SQL) and
         what it writes (the macro's `scope`), for the conflict analysis."""
         assert txn.state is not None
+        model_sql = [compiled_code] if txn.language == "sql" else []
         reads = [
             f
-            for sql in [*txn.reads, compiled_code]
+            for sql in [*txn.reads, *model_sql]
             for f in read_filters(
                 sql, txn.schema, txn.identifier, self._location(sql), self._current_schema(sql)
             )

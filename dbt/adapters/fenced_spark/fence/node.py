@@ -57,6 +57,8 @@ class NodeTransaction:
     # The session's current schema, for SQL that names the table bare (after a hook's `USE`);
     # looked up only for such SQL (`names_bare`), since it costs a statement.
     current_schema: str | None = None
+    # The model's language: a Python model runs at staging (python_model.py).
+    language: str = "sql"
     # As configured, for what compile time commits or refuses; fence_begin has the last word.
     strategy: str = "unknown"
     # The model's fence_accept_unverified, as configured, for a check made at compile time.

@@ -41,3 +41,4 @@
   {%- endif -%}
   {{ return({'fenced': fenced_config, 'fence_retries': retries, 'fence_accept_unverified': accepted_list, 'fence_isolation': isolation}) }}
 {% endmacro %}
+

@@ -63,7 +63,7 @@
 
   {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code) -%}
+  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code, model.language) -%}
   {%- if settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
@@ -97,5 +97,10 @@
 -- it again after the write (verification); its statements are in logs/dbt.log. The model SQL
 -- below reads {{ this }} pinned to the version it captured. See docs/fence.md.
   {%- endset -%}
+  {%- if model.language == 'python' -%}
+    {#-- target/run/<model>.py: the model's code, then what ran, as comments --#}
+    {%- set ran = (header ~ "\n" ~ write_sql | trim).split("\n") | map('trim') | map('replace', '-- ', '') | list -%}
+    {{ return(compiled_code | trim ~ "\n\n" ~ staged_sql ~ "\n# " ~ ran | join("\n# ") ~ "\n") }}
+  {%- endif -%}
   {{ return(header ~ "\n" ~ staged_sql | trim ~ ";\n\n" ~ write_sql | trim ~ "\n") }}
 {% endmacro %}

@@ -1,4 +1,4 @@
-{% materialization incremental, adapter='fenced_spark', supported_languages=['sql'] -%}
+{% materialization incremental, adapter='fenced_spark', supported_languages=['sql', 'python'] -%}
   {%- set settings = fence_validate_config() -%}
   {%- set existing_relation = load_relation(this) -%}
   {%- if settings.keyless_merge and not settings.reads_self and settings.fence_batch_id is none and existing_relation is not none and not should_full_refresh() -%}

@@ -88,7 +88,7 @@
        append, fenced like one. --#}
   {%- set keyless_merge = strategy == 'merge' and not unique_key -%}
   {%- set mode = 'auto' if keyless_merge else strategies[strategy] -%}
-  {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this) -%}
+  {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this, model.language) -%}
   {#-- a batch id fences a blind append too: the only run it can conflict with is another
        run of its batch --#}
   {%- set fenced = fenced_config and (mode == 'fenced' or reads_self or batch_id is not none) -%}
