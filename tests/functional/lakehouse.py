@@ -230,9 +230,9 @@ class ForeignAt:
             raise self.error
 
 
-def dbt_process(project, name: str, dbt_vars: dict) -> subprocess.Popen:
+def dbt_process(project, name: str, dbt_vars: dict, *args: str) -> subprocess.Popen:
     """`dbt run` of the test project in a process of its own (its output in `<name>.out`), as
-    a second scheduler or a double-fired job would start it."""
+    a second scheduler or a double-fired job would start it; `args` add to the command."""
     dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
     command = [
         dbt,
@@ -247,6 +247,7 @@ def dbt_process(project, name: str, dbt_vars: dict) -> subprocess.Popen:
         f"logs_{name}",
         "--vars",
         json.dumps(dbt_vars),
+        *args,
     ]
     with open(os.path.join(project.project_root, f"{name}.out"), "w") as f:
         return subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, text=True)
