@@ -30,13 +30,16 @@ select id, score from values {{ var('events', '(1, 10), (2, 20)') }} as e(id, sc
 # A watermark model: on an incremental run it reads its own table (`dbt.this`) for the
 # newest id it holds, and merges the events above it.
 SCORES = """
+from pyspark.sql import functions as F
+
+
 def model(dbt, session):
     dbt.config(materialized="incremental", incremental_strategy="merge", unique_key="id")
     events = dbt.ref("events")
     if dbt.is_incremental:
         seen = session.sql(f"select coalesce(max(id), 0) as m from {dbt.this}").collect()[0].m
-        events = events.filter(events.id > seen)
-    return events.selectExpr("id", "score * 2 as score")
+        events = events.filter(F.col("id") > F.lit(seen))
+    return events.select("id", (F.col("score") * 2).alias("score"))
 """
 
 # The same watermark, read with `session.table(...)`, appended: append_if_unchanged.
@@ -49,6 +52,25 @@ def model(dbt, session):
         seen = mine.agg({"id": "max"}).collect()[0][0] or 0
         events = events.filter(events.id > seen)
     return events
+"""
+
+# Reads its own table by path: past the fence's pin (docs/limits.md).
+BY_PATH = """
+def model(dbt, session):
+    dbt.config(materialized="incremental", incremental_strategy="merge", unique_key="id")
+    events = dbt.ref("events")
+    if dbt.is_incremental:
+        location = session.sql(f"describe detail {dbt.this}").collect()[0].location
+        seen = session.read.format("delta").load(location).agg({"id": "max"}).collect()[0][0]
+        events = events.filter(events.id > seen)
+    return events
+"""
+
+# Never reads its own table: a blind append, unfenced as dbt-spark runs it (its temp table).
+BLIND = """
+def model(dbt, session):
+    dbt.config(materialized="incremental", incremental_strategy="append")
+    return dbt.ref("events")
 """
 
 MORE = "(1, 10), (2, 20), (3, 30), (4, 40)"
@@ -142,6 +164,63 @@ class TestFencedPythonModels(PythonTables):
             (1, 10),
             (2, 20),
             (3, 30),
+        ]
+
+
+@pytest.mark.skip_profile("thrift", reason="a Thrift client has no SparkSession to run Python in")
+class TestUnfencedPythonModels(PythonTables):
+    @pytest.fixture(scope="class")
+    def models(self):
+        unfenced = SCORES.replace('unique_key="id")', 'unique_key="id", fenced=False)')
+        return {
+            "events.sql": EVENTS,
+            "by_path.py": BY_PATH,
+            "blind.py": BLIND,
+            "unfenced.py": unfenced,
+        }
+
+    @pytest.fixture
+    def tables(self, project):
+        run_dbt(["run", "--full-refresh"])
+        run_dbt(["run", "--select", "events", *dbt_vars(events=MORE)])
+        return project.test_schema
+
+    def test_a_blind_append_and_fenced_false_run_as_dbt_spark_runs_them(
+        self, project, spark, tables
+    ):
+        run_dbt(["run", "--select", "blind", "unfenced"])
+        blind = [e for e in history(spark, f"{tables}.blind")]
+        assert [e.operation for e in blind][-1] == "WRITE" and ours(blind) == []
+        assert rows(spark, f"select id, count(*) from {tables}.blind group by id order by id") == [
+            (1, 2),
+            (2, 2),
+            (3, 1),
+            (4, 1),
+        ]
+        unfenced = history(spark, f"{tables}.unfenced")
+        assert unfenced[-1].operation == "MERGE" and ours(unfenced) == []
+        assert rows(spark, f"select id, score from {tables}.unfenced order by id") == [
+            (1, 20),
+            (2, 40),
+            (3, 60),
+            (4, 80),
+        ]
+
+    def test_a_read_by_path_escapes_the_pin(self, project, spark, monkeypatch, tables):
+        table = f"{tables}.by_path"
+        vb = history(spark, table)[-1].version
+        ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (3, 1)")
+        run_dbt(["run", "--select", "by_path"])
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["WRITE", "MERGE"] and after[0].tag is None
+        # The model read the foreign row (watermark 3), which a pinned read would not have
+        # seen, and the fence, which never saw that read, let the merge of id 4 commit.
+        assert after[1].tag["read_version"] == vb
+        assert rows(spark, f"select id, score from {table} order by id") == [
+            (1, 10),
+            (2, 20),
+            (3, 1),
+            (4, 40),
         ]
 
 

@@ -61,6 +61,7 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     conflict_name,
 )
 from dbt.adapters.fenced_spark.fence.rewriter import (
+    READ,
     WRITE,
     names_bare,
     pin_self_reads,
@@ -75,6 +76,11 @@ from dbt.adapters.fenced_spark.run_state import without_leading_comments
 logger = AdapterLogger("FencedSpark")
 
 _DEST = re.compile(r"\bDBT_INTERNAL_DEST\.", re.I)
+# What a read pinned to vB fails with when the table is gone or replaced since.
+_GONE_SINCE_VB = re.compile(
+    r"DELTA_VERSION_NOT_FOUND|VersionNotFound|TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND"
+    r"|FileNotFound|PATH_NOT_FOUND"
+)
 
 # Strategies that never pin at compile time: unfenced by design, or fenced per batch.
 UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
@@ -629,14 +635,7 @@ class FencedSparkAdapter(SparkAdapter):
             table=txn.table,
             version=state.pinned,
             current_schema=current_schema,
-            pin_sql=lambda sql: pin_self_reads(
-                sql,
-                txn.schema,
-                txn.identifier,
-                state.pinned,
-                self._location(sql),
-                self._current_schema(sql),
-            ),
+            pin_sql=lambda sql: self._pin_read(txn, sql, state.pinned),
         )
         name = txn.node
         try:
@@ -644,15 +643,25 @@ class FencedSparkAdapter(SparkAdapter):
                 python_model.stage(
                     self._python_session(name), compiled_code, name, str(staging.identifier), pin
                 )
-        except DbtRuntimeError:
-            # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
-            self._fence().precheck(state)
+        except DbtRuntimeError as exc:
+            # A pinned read of a table dropped or replaced since vB fails here: the fence says
+            # so. Any other failure is the model's own, and says so itself.
+            if _GONE_SINCE_VB.search(str(exc)):
+                self._fence().precheck(state)
             raise
         txn.reads.extend(pin.reads)
         return (
             f"# staged as the temporary view {staging.identifier}, "
             f"reading {txn.display} at v{state.pinned}"
         )
+
+    def _pin_read(self, txn: NodeTransaction, sql: str, version: int) -> str:
+        """A Python model's SQL (`session.sql`): a read of its table pinned to `version`, any
+        other statement as it is."""
+        location, current = self._location(sql), self._current_schema(sql)
+        if statement_kind(sql, txn.schema, txn.identifier, location, current) != READ:
+            return sql
+        return pin_self_reads(sql, txn.schema, txn.identifier, version, location, current)
 
     def _check_python_method(self, model: str) -> None:
         method = str(getattr(self.config.credentials.method, "value", ""))
