@@ -49,11 +49,13 @@ endef
 # The fence tests that also run over a server in `make test` (one server per pytest run).
 THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_node_transaction.py \
 	tests/functional/test_merge_fence.py tests/functional/test_snapshot_processes.py \
-	tests/functional/test_run_settings.py tests/functional/test_batch_id.py
+	tests/functional/test_run_settings.py tests/functional/test_batch_id.py \
+	tests/functional/test_python_models.py
 CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \
-	tests/functional/test_conflicts.py
+	tests/functional/test_conflicts.py tests/functional/test_python_models.py \
+	tests/conformance/test_python_model.py
 
 # Everything on the embedded session, then the fence over thrift, then over Spark Connect with
 # its executors on a standalone cluster (test_cluster.py needs one; the rest do not mind).

@@ -55,16 +55,11 @@ def model(dbt, session):
 """
 
 # Reads its own table by path: past the fence's pin (docs/limits.md).
-BY_PATH = """
-def model(dbt, session):
-    dbt.config(materialized="incremental", incremental_strategy="merge", unique_key="id")
-    events = dbt.ref("events")
-    if dbt.is_incremental:
-        location = session.sql(f"describe detail {dbt.this}").collect()[0].location
-        seen = session.read.format("delta").load(location).agg({"id": "max"}).collect()[0][0]
-        events = events.filter(events.id > seen)
-    return events
-"""
+BY_PATH = SCORES.replace(
+    'seen = session.sql(f"select coalesce(max(id), 0) as m from {dbt.this}").collect()[0].m',
+    'location = session.sql(f"describe detail {dbt.this}").collect()[0].location\n'
+    '        seen = session.read.format("delta").load(location).agg({"id": "max"}).first()[0]',
+)
 
 # Never reads its own table: a blind append, unfenced as dbt-spark runs it (its temp table).
 BLIND = """
@@ -216,11 +211,12 @@ class TestUnfencedPythonModels(PythonTables):
         # The model read the foreign row (watermark 3), which a pinned read would not have
         # seen, and the fence, which never saw that read, let the merge of id 4 commit.
         assert after[1].tag["read_version"] == vb
+        assert "load(location)" in BY_PATH  # the replace above took
         assert rows(spark, f"select id, score from {table} order by id") == [
-            (1, 10),
-            (2, 20),
+            (1, 20),
+            (2, 40),
             (3, 1),
-            (4, 40),
+            (4, 80),
         ]
 
 
