@@ -108,6 +108,7 @@ class TestStrategiesPage:
             "reprocessed",
             "daily_reload",
             "orders_snapshot",
+            "python_appends",
         }, fenced
         spark.sql("drop table if exists snapshots.orders_snapshot")
 
@@ -116,7 +117,7 @@ class TestStrategiesPage:
 class TestReadmeExamples:
     @pytest.fixture(scope="class")
     def seeds(self):
-        return {"raw_orders.csv": RAW_ORDERS}
+        return {"raw_orders.csv": RAW_ORDERS, "raw_events.csv": RAW_EVENTS}
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -145,6 +146,23 @@ class TestReadmeExamples:
         assert rows(spark, f"select count(*) from {table}") == [(2,)]  # the day, once
         spark.sql("drop table if exists snapshots.orders_snapshot")
         spark.sql("drop table raw.page_views")
+
+    def test_the_python_model_runs_fenced_as_the_readme_says(self, project, spark):
+        run_dbt(["seed"])
+        built(run_dbt(["run", "--select", "order_activity"]))
+        spark.sql(
+            f"insert into {project.test_schema}.raw_events values "
+            "(4, 2, 'shipped', timestamp'2026-01-03 09:00:00')"
+        )
+        again = run_dbt(["run", "--select", "order_activity"])
+        response = again.results[0].adapter_response
+        assert (response["read_version"], response["commit_version"]) == (0, 1)
+        assert response["fence_outcome"] == "committed"
+        table = f"{project.test_schema}.order_activity"
+        assert rows(spark, f"select order_id, events from {table} order by order_id") == [
+            (1, 2),
+            (2, 2),
+        ]
 
 
 QUICK_START = re.compile(r"^```bash\n(dbt debug.*?)^```\n", re.M | re.S)
