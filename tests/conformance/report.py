@@ -8,6 +8,7 @@ import argparse
 import datetime
 import importlib
 import platform
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -102,14 +103,83 @@ def render(runs: dict[str, tuple[dict[str, ClassResult], float]], command: str) 
     return "\n".join(lines) + "\n"
 
 
+_TOTAL = re.compile(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) min \|$")
+_ROW = re.compile(r"^\| `[^`]+` \| `([^`]+)` \| (.*) \| ([^|]*) \|$")
+_PASS = re.compile(r"pass \((\d+)(?:, (\d+) skipped)?, \d+ s\)")
+
+
+def _counts(cell: str, tests: int) -> tuple[int, int, int]:
+    """(passed, failed, skipped) a page's cell stands for; `tests`: how many the class has."""
+    if match := _PASS.fullmatch(cell):
+        return int(match[1]), 0, int(match[2] or 0)
+    if cell.startswith("**FAIL**"):
+        failed = int(re.findall(r"\d+", cell)[0])
+        return 0, failed, tests - failed
+    return (0, 0, tests) if cell == "skip" else (0, 0, 0)
+
+
+def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], command: str) -> str:
+    """The page with the classes of `runs` re-run: their cells replaced or their rows added,
+    the totals moved by the difference, and a line naming what was re-run."""
+    lines = text.rstrip("\n").split("\n")
+    header = next(i for i, line in enumerate(lines) if line.startswith("| base class |"))
+    profiles = [c.strip() for c in lines[header].strip("|").split("|")][2:-1]
+    totals = {
+        m[1]: [int(m[2]), int(m[3]), int(m[4]), float(m[5])] for m in map(_TOTAL.match, lines) if m
+    }
+    rows = {m[1]: i for i, m in ((i, _ROW.match(line)) for i, line in enumerate(lines)) if m}
+    rerun: list[str] = []
+    for profile, (results, seconds) in runs.items():
+        if profile not in profiles or profile not in totals:
+            raise SystemExit(f"{profile}: not a profile of the page ({', '.join(profiles)})")
+        totals[profile][3] += seconds / 60
+        for name, result in results.items():
+            module, _, short = name.rpartition(".")
+            key = f"{module.rsplit('.', 1)[-1]}.{short}"
+            tests = result.passed + result.failed + result.skipped
+            if key not in rows:
+                empty = " | ".join("not run" for _ in profiles)
+                lines.append(f"| `{base_of(name)}` | `{key}` | {empty} |  |")
+                rows[key] = len(lines) - 1
+            match = _ROW.match(lines[rows[key]])
+            assert match is not None
+            cells = [c.strip() for c in match[2].split(" | ")]
+            column = profiles.index(profile)
+            old = _counts(cells[column], tests)
+            new = (result.passed, result.failed, result.skipped)
+            for i in range(3):
+                totals[profile][i] += new[i] - old[i]
+            cells[column] = result.cell()
+            reasons = {r for r in match[3].split("; ") if r.strip()} | result.reasons
+            base = lines[rows[key]].split(" | ")[0]
+            lines[rows[key]] = (
+                f"{base} | `{key}` | " + " | ".join(cells) + f" | {'; '.join(sorted(reasons))} |"
+            )
+            rerun.append(f"`{key}` ({profile})")
+    for i, line in enumerate(lines):
+        if (m := _TOTAL.match(line)) and m[1] in totals:
+            p, f, k, minutes = totals[m[1]]
+            lines[i] = f"| {m[1]} | {p} | {f} | {k} | {minutes:.1f} min |"
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    note = f"Updated by `{command}` on {now}: " + ", ".join(sorted(set(rerun))) + "."
+    intro = next(i for i, line in enumerate(lines) if line.startswith("Each row is one"))
+    lines.insert(intro, note)
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--command", required=True)
     parser.add_argument("--output", default="docs/conformance.md")
+    parser.add_argument("--update", action="store_true", help="re-run classes into the page")
     parser.add_argument("xml", nargs="+", help="one JUnit XML per profile, named <profile>.xml")
     args = parser.parse_args()
     runs = {path.rsplit("/", 1)[-1].removesuffix(".xml"): read_run(path) for path in args.xml}
-    text = render(runs, args.command)
+    if args.update:
+        with open(args.output) as f:
+            text = update(f.read(), runs, args.command)
+    else:
+        text = render(runs, args.command)
     with open(args.output, "w") as f:
         f.write(text)
     failed = sum(r.failed for results, _ in runs.values() for r in results.values())
