@@ -7,6 +7,7 @@ then judges the outcome from the table's contents and history.
 """
 
 import json
+import re
 
 import pytest
 from dbt.tests.util import run_dbt
@@ -120,7 +121,7 @@ class TestFencedPythonModels(PythonTables):
         with open(f"{project.project_root}/target/run/test/models/scores.py") as f:
             ran = f.read()
         assert "def model(dbt, session)" in ran and f"at v{vb}" in ran
-        assert "# merge into" in ran.lower()
+        assert re.search(r"^#\s+merge into", ran, re.M | re.I)
         assert len(results.results) == 3
 
     def test_race_a_foreign_commit_after_vb_refuses_the_python_merge(
@@ -180,12 +181,15 @@ class TestUnfencedPythonModels(PythonTables):
         run_dbt(["run", "--select", "events", *dbt_vars(events=MORE)])
         return project.test_schema
 
-    def test_a_blind_append_and_fenced_false_run_as_dbt_spark_runs_them(
+    def test_an_append_is_fenced_and_fenced_false_runs_as_dbt_spark_runs_it(
         self, project, spark, tables
     ):
-        run_dbt(["run", "--select", "blind", "unfenced"])
-        blind = [e for e in history(spark, f"{tables}.blind")]
-        assert [e.operation for e in blind][-1] == "WRITE" and ours(blind) == []
+        results = run_dbt(["run", "--select", "blind", "unfenced"])
+        outcome = {r.node.name: r.adapter_response.get("fence_outcome") for r in results.results}
+        # What a Python model reads is known only once it has run: an append is always fenced.
+        assert outcome == {"blind": "committed", "unfenced": None}
+        blind = history(spark, f"{tables}.blind")
+        assert [e.tag["strategy"] for e in ours(blind)] == ["append_if_unchanged"]
         assert rows(spark, f"select id, count(*) from {tables}.blind group by id order by id") == [
             (1, 2),
             (2, 2),
@@ -201,22 +205,25 @@ class TestUnfencedPythonModels(PythonTables):
             (4, 80),
         ]
 
-    def test_a_read_by_path_escapes_the_pin(self, project, spark, monkeypatch, tables):
+    def test_a_read_by_path_escapes_the_pin_but_not_the_fence(
+        self, project, spark, monkeypatch, tables
+    ):
         table = f"{tables}.by_path"
         vb = history(spark, table)[-1].version
         ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (3, 1)")
-        run_dbt(["run", "--select", "by_path"])
+        results = run_dbt(["run", "--select", "by_path"], expect_pass=False)
         after = [e for e in history(spark, table) if e.version > vb]
-        assert [e.operation for e in after] == ["WRITE", "MERGE"] and after[0].tag is None
-        # The model read the foreign row (watermark 3), which a pinned read would not have
-        # seen, and the fence, which never saw that read, let the merge of id 4 commit.
-        assert after[1].tag["read_version"] == vb
+        assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None  # it landed
+        # The model read the foreign row by path (watermark 3, where vB held 2): no pin saw
+        # it. A Python model counts as having read its whole table, so the data change after
+        # vB refuses it all the same, and nothing computed from the unpinned read is written.
+        assert "assert" not in results.results[0].message
+        assert "never written" in results.results[0].message
         assert "load(location)" in BY_PATH  # the replace above took
         assert rows(spark, f"select id, score from {table} order by id") == [
             (1, 20),
             (2, 40),
             (3, 1),
-            (4, 80),
         ]
 
 

@@ -69,13 +69,6 @@ def test_everything_else_is_the_node_s_session():
     assert python_model.PinnedSession(spark, pin()).createDataFrame([1]) == ("created", [1])
 
 
-def test_reads_self_looks_at_the_model_s_own_code_only():
-    helpers = '\n# This part is user provided model code\nclass this:\n    identifier = "scores"\n'
-    assert python_model.reads_self("x = dbt.this" + helpers, "scores")
-    assert python_model.reads_self("spark.table('analytics.scores')" + helpers, "scores")
-    assert not python_model.reads_self("df = dbt.ref('events')" + helpers, "scores")
-
-
 def test_what_a_model_returns_must_be_a_dataframe():
     from dbt_common.exceptions import DbtRuntimeError
 

@@ -120,9 +120,6 @@ def _reach(url: str) -> Any:
         session.client.close()
         raise
     session.client.set_retry_policies(policies)
-    # As pyspark's own `SparkSession.builder.remote()` does: a Python model's
-    # `pyspark.sql.functions` then build Connect columns, not the JVM's (there is none).
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     return session
 
 

@@ -2,7 +2,7 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +37,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     first_lines,
     node_kind,
 )
-from dbt.adapters.fenced_spark.fence.footprint import read_filters
+from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, read_filters
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     HistoryReader,
@@ -560,7 +560,7 @@ class FencedSparkAdapter(SparkAdapter):
         self, sql: str, relation: FencedSparkRelation, language: str = "sql"
     ) -> bool:
         if language == "python":
-            return python_model.reads_self(sql, str(relation.identifier))
+            return True  # what Python reads is known only once it has run (python_model.py)
         return self.fence_read_at_compile_time() or reads_self(
             sql,
             str(relation.schema),
@@ -646,13 +646,14 @@ class FencedSparkAdapter(SparkAdapter):
         except DbtRuntimeError as exc:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says
             # so. Any other failure is the model's own, and says so itself.
-            if _GONE_SINCE_VB.search(str(exc)):
+            text = str(exc)
+            if _GONE_SINCE_VB.search(text) and txn.identifier.lower() in text.lower():
                 self._fence().precheck(state)
             raise
         txn.reads.extend(pin.reads)
         return (
-            f"# staged as the temporary view {staging.identifier}, "
-            f"reading {txn.display} at v{state.pinned}"
+            f"# staged as the temporary view {staging.identifier}; its reads of "
+            f"{txn.display} through `session` pinned to v{state.pinned}"
         )
 
     def _pin_read(self, txn: NodeTransaction, sql: str, version: int) -> str:
@@ -682,14 +683,24 @@ class FencedSparkAdapter(SparkAdapter):
         # dbt-spark submits to Databricks; the script runs in the node's own session instead.
         model = str(parsed_model.get("unique_id", parsed_model.get("name")))
         spark = self._python_session(model)
+        method = (parsed_model.get("config") or {}).get("submission_method")
+        if method:
+            logger.warning(
+                f"fenced_spark: {model} sets submission_method {method!r}, dbt-spark's way to "
+                "submit to Databricks; it runs in the connection's own SparkSession instead"
+            )
         txn = self._txn()
+        build = txn.build if txn is not None else None
+
+        def tag() -> Any:
+            # A batch's first run or full refresh is that batch's write (fence_tag_build): the
+            # table's write carries its tag, nothing else the script commits does.
+            if build is None:
+                return nullcontext()
+            return self._fence().tagged(build, "write", strict=False)
+
         with spark_errors():
-            if txn is not None and txn.build is not None:
-                # A batch's first run or full refresh is that batch's write (fence_tag_build).
-                with self._fence().tagged(txn.build, "write", strict=False):
-                    python_model.run_script(spark, compiled_code, model)
-            else:
-                python_model.run_script(spark, compiled_code, model)
+            python_model.run_script(spark, compiled_code, model, tag)
         return AdapterResponse(_message="OK")
 
     @available
@@ -812,14 +823,19 @@ class FencedSparkAdapter(SparkAdapter):
         """What the node read of its target (every pinned statement and the model SQL) and
         what it writes (the macro's `scope`), for the conflict analysis."""
         assert txn.state is not None
-        model_sql = [compiled_code] if txn.language == "sql" else []
-        reads = [
-            f
-            for sql in [*txn.reads, *model_sql]
-            for f in read_filters(
-                sql, txn.schema, txn.identifier, self._location(sql), self._current_schema(sql)
-            )
-        ]
+        if txn.language == "python":
+            # Python reaches its table in ways no pin or parse sees (a path, a template, a
+            # second session): it is taken to have read all of it, so that any data change
+            # after vB refuses it, whatever it read and at which version.
+            reads = [WHOLE_TABLE]
+        else:
+            reads = [
+                f
+                for sql in [*txn.reads, compiled_code]
+                for f in read_filters(
+                    sql, txn.schema, txn.identifier, self._location(sql), self._current_schema(sql)
+                )
+            ]
         keys = scope.get("keys") or ()
         # A merge's incremental_predicates on its target narrow the rows its keys can touch.
         narrowing = [

@@ -8,8 +8,10 @@ gets a session whose reads of its own table are pinned to vB (`PinnedSession`), 
 DataFrame is staged as the fence stages model SQL: a temporary view the fenced write reads.
 """
 
-import re
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,20 +20,73 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.fence.rewriter import name_parts
 
 PYTHON_METHODS = ("session", "connect")
-# Where dbt's helpers start in a compiled Python model (dbt's py_script_postfix).
-_HELPERS = "# This part is user provided model code"
+
+_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+_connect_lock = threading.Lock()
+_connect_models = 0
+_connect_before: str | None = None  # the variable before the first of the running models
 
 
-def user_code(compiled_code: str) -> str:
-    """The model's own code, without dbt's helpers (which name the model's table)."""
-    return compiled_code.split(_HELPERS, 1)[0]
+def _is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def reads_self(compiled_code: str, identifier: str) -> bool:
-    """Whether the model's code may read its own table: it names `dbt.this` or the table.
-    Python cannot be parsed for its reads as SQL is; a mention is taken for a read."""
-    code = user_code(compiled_code)
-    return "dbt.this" in code or re.search(rf"\b{re.escape(identifier)}\b", code, re.I) is not None
+@contextmanager
+def _connect_mode() -> Iterator[None]:
+    """pyspark.sql.functions build Connect columns while a Connect model runs (pyspark's own
+    remote builder sets this for good; here only while models run, so that a classic session
+    in the same process is left alone)."""
+    global _connect_models, _connect_before
+    with _connect_lock:
+        if _connect_models == 0:
+            _connect_before = os.environ.get(_CONNECT_MODE)
+        _connect_models += 1
+        os.environ[_CONNECT_MODE] = "1"
+    try:
+        yield
+    finally:
+        with _connect_lock:
+            _connect_models -= 1
+            if _connect_models == 0:
+                if _connect_before is None:
+                    os.environ.pop(_CONNECT_MODE, None)
+                else:
+                    os.environ[_CONNECT_MODE] = _connect_before
+
+
+@contextmanager
+def active(spark: Any) -> Iterator[None]:
+    """The node's session is this thread's active one while its model runs: pandas-on-Spark
+    and `SparkSession.getActiveSession()` then build on it, not on another session."""
+    if _is_connect(spark):
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        local = ConnectSession._active_session
+        previous = getattr(local, "session", None)
+        local.session = spark
+        try:
+            with _connect_mode():
+                yield
+        finally:
+            local.session = previous
+        return
+    jvm_session = spark._jvm.SparkSession
+    previous = jvm_session.getActiveSession()
+    jvm_session.setActiveSession(spark._jsparkSession)
+    try:
+        yield
+    finally:
+        if previous.isDefined():
+            jvm_session.setActiveSession(previous.get())
+        else:
+            jvm_session.clearActiveSession()
+
+
+def _same_session(df: Any, spark: Any) -> bool:
+    mine = getattr(spark, "_jsparkSession", None)
+    if mine is None:  # Connect: one client session per object
+        return df.sparkSession is spark
+    return bool(df.sparkSession._jsparkSession.equals(mine))
 
 
 def as_dataframe(df: Any, spark: Any, model: str) -> Any:
@@ -39,10 +94,16 @@ def as_dataframe(df: Any, spark: Any, model: str) -> Any:
     own session (over Connect, on the server), a pandas-on-Spark one is unwrapped."""
     from pyspark.sql import DataFrame
 
-    if isinstance(df, DataFrame):
-        return df
     if hasattr(df, "to_spark") and type(df).__module__.startswith("pyspark.pandas"):
-        return df.to_spark()
+        df = df.to_spark()
+    if isinstance(df, DataFrame):
+        if not _same_session(df, spark):
+            # Its temp view and its write would land in a session the fence does not watch.
+            raise DbtRuntimeError(
+                f"Python model {model} returned a DataFrame of another SparkSession than the "
+                "one it was given: build it from `session` (or `spark`)"
+            )
+        return df
     try:
         import pandas
 
@@ -56,11 +117,19 @@ def as_dataframe(df: Any, spark: Any, model: str) -> Any:
     )
 
 
-def run_script(spark: Any, code: str, model: str) -> None:
+def run_script(
+    spark: Any,
+    code: str,
+    model: str,
+    tag: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> None:
     """A script as dbt-spark would submit it (the model, then its write: py_write_table), with
-    `spark` the node's session, as on a Databricks cluster."""
+    `spark` the node's session, as on a Databricks cluster. `tag` wraps the table's write
+    alone (a batch's first run: fence_tag_build)."""
     namespace = _namespace(spark, model)
-    exec(compile(code, model, "exec"), namespace)
+    namespace["fenced_spark_write_tag"] = tag
+    with active(spark):
+        exec(compile(code, model, "exec"), namespace)
 
 
 def _namespace(spark: Any, model: str) -> dict[str, Any]:
@@ -147,7 +216,8 @@ def stage(spark: Any, compiled_code: str, model: str, view: str, pin: Pin) -> No
     compute it."""
     session = PinnedSession(spark, pin)
     namespace = _namespace(session, model)
-    exec(compile(compiled_code, model, "exec"), namespace)
-    dbt = namespace["dbtObj"](session.table)
-    df = as_dataframe(namespace["model"](dbt, session), spark, model)
-    df.createOrReplaceTempView(view)
+    with active(spark):
+        exec(compile(compiled_code, model, "exec"), namespace)
+        dbt = namespace["dbtObj"](session.table)
+        df = as_dataframe(namespace["model"](dbt, session), spark, model)
+        df.createOrReplaceTempView(view)

@@ -99,7 +99,7 @@
   {%- endset -%}
   {%- if model.language == 'python' -%}
     {#-- target/run/<model>.py: the model's code, then what ran, as comments --#}
-    {%- set ran = (header ~ "\n" ~ write_sql | trim).split("\n") | map('trim') | map('replace', '-- ', '') | list -%}
+    {%- set ran = (header ~ "\n" ~ write_sql | trim).split("\n") -%}
     {{ return(compiled_code | trim ~ "\n\n" ~ staged_sql ~ "\n# " ~ ran | join("\n# ") ~ "\n") }}
   {%- endif -%}
   {{ return(header ~ "\n" ~ staged_sql | trim ~ ";\n\n" ~ write_sql | trim ~ "\n") }}

@@ -63,8 +63,15 @@
     Without one it would silently become an append, so this is an error.
   {%- endset %}
 
+  {% set python_microbatch_msg -%}
+    {{ model_name }}: the microbatch strategy is not for Python models: dbt gives a Python model's `dbt.ref` and `dbt.source` no batch window, so every batch would hold all rows. Write it in SQL, or use replace_where with `incremental_predicates`.
+  {%- endset %}
+
   {%- if strategy not in strategies -%}
     {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
+  {%- endif -%}
+  {%- if strategy == 'microbatch' and model.language == 'python' -%}
+    {% do exceptions.raise_compiler_error(python_microbatch_msg) %}
   {%- endif -%}
   {%- if raw_strategy == 'safeappend' -%}
     {% do exceptions.warn(safeappend_msg) %}
