@@ -74,3 +74,18 @@ def test_what_a_model_returns_must_be_a_dataframe():
 
     with pytest.raises(DbtRuntimeError, match="model.p.m returned a builtins.list"):
         python_model.as_dataframe([1, 2], FakeSpark(), "model.p.m")
+
+
+def test_connect_mode_is_set_only_while_connect_models_run(monkeypatch):
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    import os
+
+    with python_model._connect_mode():
+        with python_model._connect_mode():  # a second thread's model, overlapping
+            assert os.environ["SPARK_CONNECT_MODE_ENABLED"] == "1"
+        assert os.environ["SPARK_CONNECT_MODE_ENABLED"] == "1"  # the first still runs
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "0")
+    with python_model._connect_mode():
+        pass
+    assert os.environ["SPARK_CONNECT_MODE_ENABLED"] == "0"  # what the process had, back
