@@ -43,7 +43,7 @@ def files(project: str, folder: str) -> dict[str, str]:
 
 def test_the_pages_mark_their_examples():
     assert set(EXAMPLES) == {"quickstart", "readme", "strategies"}
-    assert len(EXAMPLES["strategies"]) == 11 and len(EXAMPLES["quickstart"]) == 4
+    assert len(EXAMPLES["strategies"]) == 12 and len(EXAMPLES["quickstart"]) == 4
 
 
 RAW_ORDERS = """order_id,status,amount,updated_at
