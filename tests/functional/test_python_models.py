@@ -120,7 +120,7 @@ class TestFencedPythonModels(PythonTables):
         # What ran, in target/run: the model's code, then the fence's statements as comments.
         with open(f"{project.project_root}/target/run/test/models/scores.py") as f:
             ran = f.read()
-        assert "def model(dbt, session)" in ran and f"at v{vb}" in ran
+        assert "def model(dbt, session)" in ran and f"pinned to v{vb}" in ran
         assert re.search(r"^#\s+merge into", ran, re.M | re.I)
         assert len(results.results) == 3
 
