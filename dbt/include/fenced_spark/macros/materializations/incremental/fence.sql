@@ -47,6 +47,9 @@
 {% macro fenced_incremental(existing_relation, settings) %}
   {%- if settings.reads_self -%}
     {%- set how = 'read {{ this }} at compile time' if adapter.fence_read_at_compile_time() else 'reads {{ this }}' -%}
+    {%- if model.language == 'python' -%}
+      {%- set how = 'is a Python model (counted as reading its whole table)' -%}
+    {%- endif -%}
     {{ log("fenced_spark: " ~ this ~ " " ~ fence_appends(settings) ~ " and " ~ how ~ ": running as append_if_unchanged (fenced)", info=true) }}
   {%- endif -%}
   {#-- 1. vB: captured now, unless the node read its target earlier (at compile time); an
