@@ -54,8 +54,7 @@ THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_node
 CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \
-	tests/functional/test_conflicts.py tests/functional/test_python_models.py \
-	tests/conformance/test_python_model.py
+	tests/functional/test_conflicts.py tests/functional/test_python_models.py
 
 # Everything on the embedded session, then the fence over thrift, then over Spark Connect with
 # its executors on a standalone cluster (test_cluster.py needs one; the rest do not mind).
