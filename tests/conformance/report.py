@@ -128,7 +128,10 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
         m[1]: [int(m[2]), int(m[3]), int(m[4]), float(m[5])] for m in map(_TOTAL.match, lines) if m
     }
     rows = {m[1]: i for i, m in ((i, _ROW.match(line)) for i, line in enumerate(lines)) if m}
-    rerun: list[str] = []
+    rerun: dict[str, set[str]] = defaultdict(set)  # class -> the profiles it re-ran on
+    # A row's skip reasons: the page's, unless every profile re-ran it; then the runs' own.
+    old_reasons: dict[str, str] = {}
+    new_reasons: dict[str, set[str]] = defaultdict(set)
     for profile, (results, seconds) in runs.items():
         if profile not in profiles or profile not in totals:
             raise SystemExit(f"{profile}: not a profile of the page ({', '.join(profiles)})")
@@ -150,18 +153,31 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
             for i in range(3):
                 totals[profile][i] += new[i] - old[i]
             cells[column] = result.cell()
-            reasons = {r for r in match[3].split("; ") if r.strip()} | result.reasons
+            old_reasons.setdefault(key, match[3].strip())
+            new_reasons[key] |= result.reasons
+            rerun[key].add(profile)
             base = lines[rows[key]].split(" | ")[0]
-            lines[rows[key]] = (
-                f"{base} | `{key}` | " + " | ".join(cells) + f" | {'; '.join(sorted(reasons))} |"
-            )
-            rerun.append(f"`{key}` ({profile})")
+            lines[rows[key]] = f"{base} | `{key}` | " + " | ".join(cells) + f" | {match[3]} |"
+    for key, done in rerun.items():
+        reasons = set(new_reasons[key])
+        if set(profiles) - done and old_reasons[key]:
+            reasons.add(old_reasons[key])
+        match = _ROW.match(lines[rows[key]])
+        assert match is not None
+        lines[rows[key]] = lines[rows[key]][: match.start(3)] + f"{'; '.join(sorted(reasons))} |"
     for i, line in enumerate(lines):
         if (m := _TOTAL.match(line)) and m[1] in totals:
             p, f, k, minutes = totals[m[1]]
             lines[i] = f"| {m[1]} | {p} | {f} | {k} | {minutes:.1f} min |"
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    note = f"Updated by `{command}` on {now}: " + ", ".join(sorted(set(rerun))) + "."
+    by_profiles: dict[str, list[str]] = defaultdict(list)
+    for key, done in sorted(rerun.items()):
+        by_profiles[", ".join(p for p in profiles if p in done)].append(f"`{key}`")
+    note = (
+        f"Updated by `{command}` on {now}, these rows re-run: "
+        + "; ".join(f"{', '.join(keys)} on {where}" for where, keys in by_profiles.items())
+        + "."
+    )
     intro = next(i for i, line in enumerate(lines) if line.startswith("Each row is one"))
     lines.insert(intro, note)
     return "\n".join(lines) + "\n"
