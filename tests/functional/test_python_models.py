@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from dbt.adapters.fenced_spark import python_model
 from tests.functional.lakehouse import (
@@ -225,6 +225,37 @@ class TestUnfencedPythonModels(PythonTables):
             (2, 40),
             (3, 1),
         ]
+
+
+@pytest.mark.skip_profile("thrift", reason="a Thrift client has no SparkSession to run Python in")
+class TestPythonModelsRefused(PythonTables):
+    """What a Python model cannot do, refused with the model's name and nothing written."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        other = SCORES.replace(
+            'return events.select("id", (F.col("score") * 2).alias("score"))',
+            'return session.newSession().range(3).withColumnRenamed("id", "x")',
+        )
+        batches = BLIND.replace(
+            'incremental_strategy="append")',
+            'incremental_strategy="microbatch", event_time="id", batch_size="day", '
+            'begin="2026-01-01")',
+        )
+        return {"events.sql": EVENTS, "other_session.py": other, "batches.py": batches}
+
+    def test_another_session_s_dataframe_and_microbatch_are_refused(self, project, spark):
+        results, log = run_dbt_and_capture(["run"], expect_pass=False)
+        message = {r.node.name: r.message or "" for r in results.results}
+        assert (
+            "model.test.other_session returned a DataFrame of another SparkSession"
+            in message["other_session"]
+        )
+        # dbt reports a microbatch model's error per batch, in the log.
+        assert message["batches"] == "ERROR"
+        assert "batches: the microbatch strategy is not for Python models" in log
+        tables = [r.tableName for r in spark.sql(f"show tables in {project.test_schema}").collect()]
+        assert "other_session" not in tables and "batches" not in tables
 
 
 @pytest.mark.skip_profile("thrift", reason="a Thrift client has no SparkSession to run Python in")
