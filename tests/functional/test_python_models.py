@@ -228,6 +228,43 @@ class TestUnfencedPythonModels(PythonTables):
 
 
 @pytest.mark.skip_profile("thrift", reason="a Thrift client has no SparkSession to run Python in")
+class TestPythonInsertAndReplaceWhere(PythonTables):
+    """The other fenced strategies take a Python model's DataFrame as they take model SQL."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        inserts = BLIND.replace(
+            'incremental_strategy="append")', 'incremental_strategy="insert", unique_key="id")'
+        )
+        replaces = BLIND.replace(
+            'incremental_strategy="append")',
+            'incremental_strategy="replace_where", incremental_predicates="id >= 3")',
+        ).replace('return dbt.ref("events")', 'return dbt.ref("events").filter("id >= 3")')
+        return {"events.sql": EVENTS, "inserts.py": inserts, "replaces.py": replaces}
+
+    def test_insert_and_replace_where_commit_fenced(self, project, spark, tables):
+        results = run_dbt(["run", "--select", "inserts", "replaces"])
+        outcome = {
+            r.node.name: (
+                r.adapter_response.get("fence_outcome"),
+                r.adapter_response["read_version"],
+            )
+            for r in results.results
+        }
+        assert outcome == {"inserts": ("committed", 0), "replaces": ("committed", 0)}
+        schema = project.test_schema
+        assert rows(spark, f"select id, score from {schema}.inserts order by id") == [
+            (1, 10),
+            (2, 20),
+            (3, 30),
+            (4, 40),
+        ]
+        assert rows(spark, f"select id from {schema}.replaces order by id") == [(3,), (4,)]
+        tags = [ours(history(spark, f"{schema}.{t}"))[-1].tag["strategy"] for t in outcome]
+        assert tags == ["insert", "replace_where"]
+
+
+@pytest.mark.skip_profile("thrift", reason="a Thrift client has no SparkSession to run Python in")
 class TestPythonModelsRefused(PythonTables):
     """What a Python model cannot do, refused with the model's name and nothing written."""
 
