@@ -26,7 +26,8 @@ setup(
     },
     python_requires=">=3.10",
     install_requires=[
-        "dbt-core~=1.11.0",
+        # 1.12 installs with dbt-1.12-overrides.txt (README, "Install").
+        "dbt-core>=1.11,<1.13",
         "dbt-spark[session]~=1.11.0",
         "pyspark~=4.1.0",
         "delta-spark==4.4.1",

@@ -24,6 +24,7 @@ from dbt.tests.adapter.constraints.test_constraints import (
     BaseTableContractSqlHeader,
     BaseViewConstraintsColumnsEqual,
 )
+from dbt.tests.util import run_dbt
 
 
 def spark_yml(yml: str) -> str:
@@ -257,17 +258,41 @@ from
 """
 
 
-SQL_HEADER_IS_A_SECOND_STATEMENT = pytest.mark.skip(
-    reason="the fixture's sql_header `set session time zone ...;` reaches Spark in one string "
-    "with the query, and Spark SQL runs one statement per call (INVALID_SET_SYNTAX)"
-)
+def spark_header_model(sql: str) -> str:
+    """The fixture in Spark's dialect: `SET TIME ZONE`, `current_timezone()`."""
+    return sql.replace("set session time zone", "set time zone").replace(
+        "current_setting('timezone')", "current_timezone()"
+    )
 
 
-@SQL_HEADER_IS_A_SECOND_STATEMENT
-class TestTableContractSqlHeader(BaseTableContractSqlHeader):
-    pass
+class SqlHeaderRuns:
+    """The header is two statements with the model's: each runs on its own, and its setting
+    holds for the model's own query, on every run."""
+
+    def test_header_set_the_time_zone(self, project):
+        for _ in range(2):
+            run_dbt(["run", "-s", "my_model_contract_sql_header"])
+            rows = project.run_sql(
+                f"select column_name from {project.test_schema}.my_model_contract_sql_header",
+                fetch="all",
+            )
+            assert rows and {tuple(r) for r in rows} == {("Asia/Kolkata",)}
 
 
-@SQL_HEADER_IS_A_SECOND_STATEMENT
-class TestIncrementalContractSqlHeader(BaseIncrementalContractSqlHeader):
-    pass
+def header_models(model_sql: str) -> dict:
+    return {
+        "my_model_contract_sql_header.sql": spark_header_model(model_sql),
+        "constraints_schema.yml": spark_yml(fixtures.model_contract_header_schema_yml),
+    }
+
+
+class TestTableContractSqlHeader(SqlHeaderRuns, BaseTableContractSqlHeader):
+    @pytest.fixture(scope="class")
+    def models(self):
+        return header_models(fixtures.my_model_contract_sql_header_sql)
+
+
+class TestIncrementalContractSqlHeader(SqlHeaderRuns, BaseIncrementalContractSqlHeader):
+    @pytest.fixture(scope="class")
+    def models(self):
+        return header_models(fixtures.my_model_incremental_contract_sql_header_sql)

@@ -154,6 +154,7 @@ class ForeignAt:
 
     With `delay`, the statements run in a thread `delay` seconds after the moment, while the
     run goes on; `join()` waits for them and raises what they raised, `cancel()` disarms.
+    With `nth`, they run at the moment's nth time in the run (a microbatch model's nth batch).
     """
 
     def __init__(
@@ -163,6 +164,7 @@ class ForeignAt:
         moment: str,
         statements: str | list[str | Callable[[], Any]],
         delay: float | None = None,
+        nth: int = 1,
     ) -> None:
         from dbt.adapters.spark.impl import SparkAdapter
 
@@ -173,6 +175,7 @@ class ForeignAt:
         self.statements = [statements] if isinstance(statements, str) else statements
         self.fired = 0
         self.delay = delay
+        self.moments = nth - 1  # moments to let pass before firing
         self.error: BaseException | None = None
         self._timer: threading.Timer | None = None
         owner, name, after = {
@@ -194,6 +197,9 @@ class ForeignAt:
         monkeypatch.setattr(owner, name, hooked)
 
     def fire(self) -> None:
+        if self.moments > 0:
+            self.moments -= 1
+            return
         if not self.fired and self.delay is None:
             self._run()
         elif not self.fired:

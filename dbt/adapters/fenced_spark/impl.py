@@ -17,7 +17,7 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import python_model, session
+from dbt.adapters.fenced_spark import python_model, session, sql_header
 from dbt.adapters.fenced_spark.connections import (
     ConnectHandle,
     FencedSparkConnectionManager,
@@ -69,7 +69,13 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     statement_kind,
 )
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
-from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
+from dbt.adapters.fenced_spark.relation import (
+    NESTED_IN_TREE,
+    FencedSparkColumn,
+    FencedSparkRelation,
+    quote_name,
+    sql_type,
+)
 from dbt.adapters.fenced_spark.run_results import FenceResponses
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
 
@@ -255,6 +261,7 @@ class FencedSparkAdapter(SparkAdapter):
             node.config["file_format"] = "delta"
         if node is not None and getattr(node, "language", "sql") == "python":
             self._check_python_method(node.unique_id)  # before its hooks and materialization
+        self._nodes.sql_header = node.config.get("sql_header") if node is not None else None
         # The node's compile time ends here: its materialization starts.
         txn = self._txn()
         if txn is not None and txn.phase == Phase.COMPILE:
@@ -263,6 +270,7 @@ class FencedSparkAdapter(SparkAdapter):
 
     def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
         # A node that failed mid-step leaves no phase behind for the next node on this thread.
+        self._nodes.sql_header = None
         txn = self._txn()
         if txn is not None:
             txn.phase = Phase.DONE
@@ -343,6 +351,22 @@ class FencedSparkAdapter(SparkAdapter):
         # dbt-spark builds its own SparkColumn, whose `quoted` breaks on a name with a backquote.
         return [FencedSparkColumn.of(c) for c in super().get_columns_in_relation(relation)]
 
+    def parse_describe_extended(self, relation: Any, raw_rows: Any) -> list[SparkColumn]:
+        # dbt's catalog numbers columns from 1; dbt-spark from 0.
+        columns = super().parse_describe_extended(relation, raw_rows)
+        return [replace(c, column_index=(c.column_index or 0) + 1) for c in columns]
+
+    def parse_columns_from_information(self, relation: Any) -> list[SparkColumn]:
+        # The catalog's column types as DESCRIBE prints them; a table whose schema tree hides an
+        # element type returns none here, and dbt-spark's catalog then asks DESCRIBE.
+        columns = super().parse_columns_from_information(relation)
+        if any(c.dtype in NESTED_IN_TREE for c in columns):
+            return []
+        return [
+            replace(c, dtype=sql_type(c.dtype), column_index=(c.column_index or 0) + 1)
+            for c in columns
+        ]
+
     def debug_query(self) -> None:
         # `dbt debug` is where users check what they run on: report Spark's and Delta's versions.
         _, table = self.execute(
@@ -363,6 +387,34 @@ class FencedSparkAdapter(SparkAdapter):
 
     @records_failure
     def execute(
+        self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
+    ) -> tuple[AdapterResponse, Any]:
+        sql = self._after_header(sql)
+        if not without_leading_comments(sql).strip():
+            return AdapterResponse(_message="OK"), empty_table()  # the header was all of it
+        return self._execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+
+    def get_column_schema_from_query(self, sql: str) -> list[Any]:
+        # A contract's column check sends the header with its probe query too.
+        return super().get_column_schema_from_query(self._after_header(sql))
+
+    def _after_header(self, sql: str) -> str:
+        """dbt glues the model's sql_header to a statement; Spark runs one statement per call:
+        the header's statements run first, each on its own, and the rest is returned."""
+        split = sql_header.split_off(sql, getattr(self._nodes, "sql_header", None))
+        if split is None:
+            return sql
+        self._run_header(split[0])
+        return split[1]
+
+    def _run_header(self, header: list[str] | None = None) -> None:
+        """The model's sql_header, in the model's session."""
+        if header is None:
+            header = sql_header.statements(getattr(self._nodes, "sql_header", None) or "")
+        for statement in header:
+            self._execute(statement)
+
+    def _execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
         # Inside a fenced node, a statement on its target is part of the node's transaction:
@@ -606,6 +658,8 @@ class FencedSparkAdapter(SparkAdapter):
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
         )
+        # The view is evaluated by the write, in this session: the header's settings hold.
+        self._run_header()
         try:
             FenceSql(self.connections).execute(str(view_sql))
         except DbtRuntimeError:

@@ -1,0 +1,35 @@
+"""A model's sql_header is split off the statement dbt glues it to, one statement at a time."""
+
+from dbt.adapters.fenced_spark import sql_header
+
+COMMENT = '/* {"app": "dbt", "node_id": "model.p.m"} */\n'
+
+
+def test_statements_split_at_semicolons_outside_literals_and_comments():
+    header = "set time zone 'Asia/Kolkata';\n-- a comment; still one\nset spark.x = 'a;b';\n"
+    assert sql_header.statements(header) == [
+        "set time zone 'Asia/Kolkata'",
+        "-- a comment; still one\nset spark.x = 'a;b'",
+    ]
+
+
+def test_a_header_without_a_semicolon_is_one_statement():
+    assert sql_header.statements("create temporary function f as 'x.Y'") == [
+        "create temporary function f as 'x.Y'"
+    ]
+
+
+def test_split_off_keeps_dbt_query_comment_on_the_statement():
+    header = "set time zone 'UTC';"
+    sql = f"{COMMENT}  {header}\n  create or replace table s.t as select 1"
+    assert sql_header.split_off(sql, header) == (
+        ["set time zone 'UTC'"],
+        f"{COMMENT}  \n  create or replace table s.t as select 1",
+    )
+
+
+def test_a_statement_that_does_not_start_with_the_header_is_left_alone():
+    header = "set time zone 'UTC';"
+    assert sql_header.split_off(f"{COMMENT}select 1 -- {header}", header) is None
+    assert sql_header.split_off("select 1", None) is None
+    assert sql_header.split_off("select 1", "   ") is None
