@@ -14,7 +14,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export UV_CACHE_DIR := $(CURDIR)/.cache/uv
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
-	reliability lint format clean
+	reliability lint format clean leg-session leg-conformance leg-thrift leg-next leg-connect
 
 setup: $(STAMP)
 
@@ -53,7 +53,7 @@ bench: setup
 
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 define pytest
-	$(PY) -m pytest $(1); rc=$$?; \
+	$(or $(2),$(PY)) -m pytest $(1); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: $(1)" >&2; exit 1; fi; exit $$rc
 endef
 
@@ -67,12 +67,39 @@ CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_r
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \
 	tests/functional/test_conflicts.py tests/functional/test_python_models.py
 
-# Everything on the embedded session, then the fence over thrift, then over Spark Connect with
-# its executors on a standalone cluster (test_cluster.py needs one; the rest do not mind).
+# dbt 1.12's leg of `make test`: the unit tests, dbt's conformance classes and the fence's races,
+# on the embedded session.
+NEXT_DBT := 1.12
+NEXT_TESTS := tests/unit tests/conformance tests/functional/test_merge_races.py \
+	tests/functional/test_strict_races.py tests/functional/test_conflicts.py \
+	tests/functional/test_snapshots.py tests/functional/test_dbt_retry.py
+
+# Everything on the embedded session; the fence over Spark Connect with its executors on a
+# standalone cluster (test_cluster.py needs one; the rest do not mind) and over Thrift; on 1.11,
+# dbt 1.12's leg. Two legs run at a time, each in its own pytest process, JVMs, folders and
+# ports (one leaves about a third of the 2 cores idle), in two lanes of about equal length:
+# session then Connect, and conformance then 1.12 then Thrift. -O prints a leg's output when it
+# ends.
 test: setup lint
-	$(call pytest,tests -q -ra --durations=15)
-	$(call pytest,$(THRIFT_TESTS) --profile thrift -q -ra)
+	$(MAKE) --no-print-directory -j2 -O leg-connect leg-thrift
+
+leg-session: setup
+	$(call pytest,tests/functional tests/unit -q -ra --durations=15)
+
+leg-connect: leg-session
 	$(call pytest,$(CONNECT_TESTS) --profile connect --cluster -q -ra)
+
+leg-conformance: setup
+	$(call pytest,tests/conformance -q -ra --durations=5)
+
+leg-next: leg-conformance
+ifeq ($(DBT),1.11)
+	$(MAKE) --no-print-directory setup DBT=$(NEXT_DBT)
+	$(call pytest,$(NEXT_TESTS) -q -ra,.venv-$(NEXT_DBT)/bin/python)
+endif
+
+leg-thrift: leg-next
+	$(call pytest,$(THRIFT_TESTS) --profile thrift -q -ra)
 
 unit: setup
 	$(call pytest,tests/unit -q)
@@ -96,20 +123,23 @@ cluster: setup
 	$(PY) integration_projects/lakehouse_orders/scorecard.py --method connect --cluster \
 	  --command "make cluster"
 
-# dbt's adapter tests on the three profiles; regenerates docs/conformance.md from the runs.
+# dbt's adapter tests on the three profiles; updates this dbt version's columns of
+# docs/conformance.md (`session`, ... for 1.11; `session 1.12`, ... with DBT=1.12).
 # Every profile runs and the report is written even when one fails; then make fails if any
 # pytest run did (a failed class is a failure, not a line in the doc).
 CONFORMANCE_ARGS ?=
+COLUMN := $(if $(filter 1.11,$(DBT)),,-$(DBT))
 conformance: setup
 	mkdir -p .cache/conformance
 	rc=0; \
 	for profile in session thrift connect; do \
 	  $(PY) -m pytest tests/conformance --profile $$profile -q -ra $(CONFORMANCE_ARGS) \
-	    --junitxml=.cache/conformance/$$profile.xml || { echo "conformance failed on $$profile" >&2; rc=1; }; \
+	    --junitxml=.cache/conformance/$$profile$(COLUMN).xml || { echo "conformance failed on $$profile" >&2; rc=1; }; \
 	done; \
-	$(PY) -m tests.conformance.report --command "make conformance" \
-	  .cache/conformance/session.xml .cache/conformance/thrift.xml \
-	  .cache/conformance/connect.xml || rc=1; \
+	$(PY) -m tests.conformance.report --update \
+	  --command "make conformance$(if $(COLUMN), DBT=$(DBT))" \
+	  .cache/conformance/session$(COLUMN).xml .cache/conformance/thrift$(COLUMN).xml \
+	  .cache/conformance/connect$(COLUMN).xml || rc=1; \
 	exit $$rc
 
 # The long crash and soak runs (make test runs short ones); regenerates docs/reliability.md.

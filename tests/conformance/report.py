@@ -2,6 +2,9 @@
 
 python -m tests.conformance.report --command "make conformance" session.xml thrift.xml \
     connect.xml
+
+A file's name is its column: `session.xml` is dbt's default version, `session-1.12.xml` the
+column "session 1.12". `--update` puts the runs into the page, adding a column it lacks.
 """
 
 import argparse
@@ -103,7 +106,7 @@ def render(runs: dict[str, tuple[dict[str, ClassResult], float]], command: str) 
     return "\n".join(lines) + "\n"
 
 
-_TOTAL = re.compile(r"^\| (\w+) \| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) min \|$")
+_TOTAL = re.compile(r"^\| ([\w. ]+?) \| (\d+) \| (\d+) \| (\d+) \| ([\d.]+) min \|$")
 _ROW = re.compile(r"^\| `[^`]+` \| `([^`]+)` \| (.*) \| ([^|]*) \|$")
 _PASS = re.compile(r"pass \((\d+)(?:, (\d+) skipped)?, \d+ s\)")
 
@@ -118,10 +121,36 @@ def _counts(cell: str, tests: int) -> tuple[int, int, int]:
     return (0, 0, tests) if cell == "skip" else (0, 0, 0)
 
 
+def _key(classname: str) -> str:
+    """`tests.conformance.test_docs.TestDocsGenerate` is the page's `test_docs.TestDocsGenerate`."""
+    module, _, short = classname.rpartition(".")
+    return f"{module.rsplit('.', 1)[-1]}.{short}"
+
+
+def _with_column(lines: list[str], profile: str) -> list[str]:
+    """The page with a column (and a totals row) for `profile`, each class "not run"."""
+    header = next(i for i, line in enumerate(lines) if line.startswith("| base class |"))
+    if profile in [c.strip() for c in lines[header].strip("|").split("|")]:
+        return lines
+    lines = list(lines)
+    last_total = max(i for i, line in enumerate(lines) if _TOTAL.match(line))
+    lines.insert(last_total + 1, f"| {profile} | 0 | 0 | 0 | 0.0 min |")
+    header += 1
+    lines[header] = lines[header].replace(" | skip reason |", f" | {profile} | skip reason |")
+    lines[header + 1] += "---|"
+    for i in range(header + 2, len(lines)):
+        if _ROW.match(lines[i]):
+            head, _, reason = lines[i].rstrip().removesuffix("|").rpartition(" | ")
+            lines[i] = f"{head} | not run | {reason.strip()} |"
+    return lines
+
+
 def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], command: str) -> str:
     """The page with the classes of `runs` re-run: their cells replaced or their rows added,
     the totals moved by the difference, and a line naming what was re-run."""
     lines = text.rstrip("\n").split("\n")
+    for profile in runs:
+        lines = _with_column(lines, profile)
     header = next(i for i, line in enumerate(lines) if line.startswith("| base class |"))
     profiles = [c.strip() for c in lines[header].strip("|").split("|")][2:-1]
     totals = {
@@ -133,12 +162,11 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
     old_reasons: dict[str, str] = {}
     new_reasons: dict[str, set[str]] = defaultdict(set)
     for profile, (results, seconds) in runs.items():
-        if profile not in profiles or profile not in totals:
-            raise SystemExit(f"{profile}: not a profile of the page ({', '.join(profiles)})")
-        totals[profile][3] += seconds / 60
+        ran = {_key(name) for name in results}
+        # A run of every class gives the column its wall time; a run of some adds to it.
+        totals[profile][3] = (0 if ran >= set(rows) else totals[profile][3]) + seconds / 60
         for name, result in results.items():
-            module, _, short = name.rpartition(".")
-            key = f"{module.rsplit('.', 1)[-1]}.{short}"
+            key = _key(name)
             tests = result.passed + result.failed + result.skipped
             if key not in rows:
                 empty = " | ".join("not run" for _ in profiles)
@@ -170,17 +198,22 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
             p, f, k, minutes = totals[m[1]]
             lines[i] = f"| {m[1]} | {p} | {f} | {k} | {minutes:.1f} min |"
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    whole = [p for p in profiles if all(p in rerun[key] for key in rows)]
     by_profiles: dict[str, list[str]] = defaultdict(list)
     for key, done in sorted(rerun.items()):
-        by_profiles[", ".join(p for p in profiles if p in done)].append(f"`{key}`")
-    note = (
-        f"Updated by `{command}` on {now}, these rows re-run: "
-        + "; ".join(f"{', '.join(keys)} on {where}" for where, keys in by_profiles.items())
-        + "."
-    )
+        if where := ", ".join(p for p in profiles if p in done and p not in whole):
+            by_profiles[where].append(f"`{key}`")
+    parts = [f"every class on {', '.join(whole)}"] if whole else []
+    parts += [f"{', '.join(keys)} on {where}" for where, keys in by_profiles.items()]
+    note = f"Updated by `{command}` on {now}, these rows re-run: " + "; ".join(parts) + "."
     intro = next(i for i, line in enumerate(lines) if line.startswith("Each row is one"))
     lines.insert(intro, note)
     return "\n".join(lines) + "\n"
+
+
+def column(path: str) -> str:
+    """`session-1.12.xml` is the column "session 1.12"."""
+    return path.rsplit("/", 1)[-1].removesuffix(".xml").replace("-", " ")
 
 
 def main() -> None:
@@ -190,7 +223,7 @@ def main() -> None:
     parser.add_argument("--update", action="store_true", help="re-run classes into the page")
     parser.add_argument("xml", nargs="+", help="one JUnit XML per profile, named <profile>.xml")
     args = parser.parse_args()
-    runs = {path.rsplit("/", 1)[-1].removesuffix(".xml"): read_run(path) for path in args.xml}
+    runs = {column(path): read_run(path) for path in args.xml}
     if args.update:
         with open(args.output) as f:
             text = update(f.read(), runs, args.command)

@@ -147,6 +147,16 @@ class TestReadmeExamples:
         spark.sql("drop table if exists snapshots.orders_snapshot")
         spark.sql("drop table raw.page_views")
 
+    def test_the_sql_header_runs_before_every_run_as_the_readme_says(self, project, spark):
+        run_dbt(["seed"])
+        first = run_dbt(["run", "--select", "orders_local_day"])
+        again = run_dbt(["run", "--select", "orders_local_day"])
+        built(first)
+        assert again.results[0].adapter_response["fence_outcome"] == "committed"
+        table = f"{project.test_schema}.orders_local_day"
+        assert rows(spark, f"select distinct zone from {table}") == [("Asia/Kolkata",)]
+        assert rows(spark, "select current_timezone()") != [("Asia/Kolkata",)]  # not ours
+
     def test_the_python_model_runs_fenced_as_the_readme_says(self, project, spark):
         run_dbt(["seed"])
         built(run_dbt(["run", "--select", "order_activity"]))

@@ -41,3 +41,27 @@ def test_a_new_class_joins_and_a_skipped_one_that_now_passes_moves_the_totals():
         " not run |  |" in page
     )
     assert "Updated by `pytest tests/conformance/test_x.py --profile session`" in page
+
+
+def test_a_run_of_another_dbt_version_adds_its_column():
+    runs = {
+        "session 1.12": (
+            {
+                "tests.conformance.test_basic.TestEmpty": ClassResult(1, 0, 0, 2.0),
+                "tests.conformance.test_docs.TestDocsGenerate": ClassResult(2, 0, 0, 31.0),
+            },
+            120.0,
+        )
+    }
+    page = update(PAGE, runs, "make conformance DBT=1.12")
+    assert "| connect | 114 | 0 | 12 | 43.9 min |\n| session 1.12 | 3 | 0 | 0 | 2.0 min |" in page
+    assert "| base class | test class | session | connect | session 1.12 | skip reason |" in page
+    assert "|---|---|---|---|---|---|" in page
+    assert (
+        "| `BaseEmpty` | `test_basic.TestEmpty` | pass (1, 2 s) | pass (1, 3 s) | pass (1, 2 s) |"
+        "  |" in page
+    )
+    assert (
+        "| `BaseDocsGenerate` | `test_docs.TestDocsGenerate` | skip | skip | pass (2, 31 s) |"
+        " catalog numbering |" in page
+    )
