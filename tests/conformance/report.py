@@ -73,7 +73,8 @@ def render(runs: dict[str, tuple[dict[str, ClassResult], float]], command: str) 
         "Each row is one `dbt.tests.adapter` base class, subclassed in `tests/conformance/`. "
         "`session` is the embedded Spark + Delta; `thrift` and `connect` are a Spark Thrift "
         "Server and a Spark Connect server started by the test harness, reached with "
-        "`method: thrift` and `method: connect`.",
+        "`method: thrift` and `method: connect`."
+        + (VERSIONS if any(" " in p for p in runs) else ""),
         "",
         "| profile | tests passed | failed | skipped | wall time |",
         "|---|---|---|---|---|",
@@ -121,6 +122,13 @@ def _counts(cell: str, tests: int) -> tuple[int, int, int]:
     return (0, 0, tests) if cell == "skip" else (0, 0, 0)
 
 
+# What a column named with a version means; said once, after the intro.
+VERSIONS = (
+    " A column named with a dbt-core version (`session 1.12`) ran on that version, in its own"
+    " virtualenv (`make conformance DBT=1.12`); the others ran on dbt-core 1.11."
+)
+
+
 def _key(classname: str) -> str:
     """`tests.conformance.test_docs.TestDocsGenerate` is the page's `test_docs.TestDocsGenerate`."""
     module, _, short = classname.rpartition(".")
@@ -133,6 +141,9 @@ def _with_column(lines: list[str], profile: str) -> list[str]:
     if profile in [c.strip() for c in lines[header].strip("|").split("|")]:
         return lines
     lines = list(lines)
+    intro = next(i for i, line in enumerate(lines) if line.startswith("Each row is one"))
+    if " " in profile and VERSIONS not in lines[intro]:
+        lines[intro] += VERSIONS
     last_total = max(i for i, line in enumerate(lines) if _TOTAL.match(line))
     lines.insert(last_total + 1, f"| {profile} | 0 | 0 | 0 | 0.0 min |")
     header += 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
-from dbt.adapters.fenced_spark.session import launch_conf
+from dbt.adapters.fenced_spark.session import launch_conf, resolving
 
 KINDS = ("thrift", "connect")
 SERVER_CLASS = {
@@ -292,31 +292,37 @@ def resolve_delta_jars(conf: dict[str, str], env: dict[str, str], log_path: str)
             if name.startswith("io.delta_delta-spark") or name.startswith("io.delta_delta-storage")
         )
 
-    if not found():
-        submit = os.path.join(spark_home(), "bin", "spark-submit")
-        with tempfile.TemporaryDirectory() as scratch:
-            noop = os.path.join(scratch, "resolve.py")
-            with open(noop, "w") as f:
-                f.write("")
-            with open(log_path, "ab") as log:
-                subprocess.run(
-                    [
-                        submit,
-                        "--conf",
-                        f"spark.jars.packages={conf['spark.jars.packages']}",
-                        "--conf",
-                        f"spark.jars.ivy={conf['spark.jars.ivy']}",
-                        noop,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    check=True,
-                )
+    with resolving(conf):  # not while another process's Ivy fills the cache
+        if not found():
+            _resolve(conf, env, log_path)
     jars = found()
     if not jars:
         raise RuntimeError(f"Delta's jars were not resolved into {jars_dir}; see {log_path}")
     return jars
+
+
+def _resolve(conf: dict[str, str], env: dict[str, str], log_path: str) -> None:
+    """Ivy fills the cache with Delta's package, through a no-op app."""
+    submit = os.path.join(spark_home(), "bin", "spark-submit")
+    with tempfile.TemporaryDirectory() as scratch:
+        noop = os.path.join(scratch, "resolve.py")
+        with open(noop, "w") as f:
+            f.write("")
+        with open(log_path, "ab") as log:
+            subprocess.run(
+                [
+                    submit,
+                    "--conf",
+                    f"spark.jars.packages={conf['spark.jars.packages']}",
+                    "--conf",
+                    f"spark.jars.ivy={conf['spark.jars.ivy']}",
+                    noop,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                check=True,
+            )
 
 
 def _wait_until_serving(server: SparkServer, timeout: float) -> None:

@@ -57,6 +57,7 @@ def test_a_run_of_another_dbt_version_adds_its_column():
     assert "| connect | 114 | 0 | 12 | 43.9 min |\n| session 1.12 | 3 | 0 | 0 | 2.0 min |" in page
     assert "| base class | test class | session | connect | session 1.12 | skip reason |" in page
     assert "|---|---|---|---|---|---|" in page
+    assert "A column named with a dbt-core version (`session 1.12`) ran on that version" in page
     assert (
         "| `BaseEmpty` | `test_basic.TestEmpty` | pass (1, 2 s) | pass (1, 3 s) | pass (1, 2 s) |"
         "  |" in page

@@ -4,11 +4,13 @@ One JVM and one root SparkSession per process; every dbt connection gets its own
 `newSession()`, so SQL confs (the fence's userMetadata) and temp views never cross threads.
 """
 
+import fcntl
 import logging
 import os
 import re
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Optional
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -173,8 +175,6 @@ def _record_resolved(creds: "FencedSparkCredentials", spark_jars: str) -> None:
 
 
 def _start(creds: "FencedSparkCredentials") -> "SparkSession":
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
@@ -191,7 +191,19 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
 
     folder = creds.folder or ""
     os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
-    conf = SparkConf().setAll(list(launch_conf(creds).items()))
+    launch = launch_conf(creds)
+    with resolving(launch):
+        # The process that held the cache may have recorded the jars meanwhile.
+        return _launch(creds, launch_conf(creds) if "spark.jars.packages" in launch else launch)
+
+
+def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSession":
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    folder = creds.folder or ""
+    conf = SparkConf().setAll(list(launch.items()))
     log_path = os.path.join(folder, "logs", "spark.log")
     logger.debug(f"Starting embedded Spark + Delta; JVM output goes to {log_path}")
     # Spark and Ivy talk a lot on the console; their output goes to the folder's log
@@ -208,6 +220,28 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
     if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
         _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
     return session
+
+
+@contextmanager
+def resolving(conf: dict[str, str]) -> Iterator[None]:
+    """Holds the Ivy cache while a JVM started with `conf` resolves packages into it: two Ivys
+    filling one cache at once break each other's files, and both JVMs exit (two `dbt` processes,
+    or a test server, starting on a fresh cache). A start that resolves nothing passes."""
+    cache = conf.get("spark.jars.ivy", "")
+    if "spark.jars.packages" not in conf or not cache:
+        yield
+        return
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, "resolving.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info(f"Waiting for another process to resolve Spark's packages into {cache}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def log_query_errors_to(log_path: str) -> None:
