@@ -1,56 +1,47 @@
 """dbt docs generate's columns: numbered from 1, typed as DESCRIBE prints them."""
 
+import agate
+
 from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
 from dbt.adapters.fenced_spark.relation import FencedSparkRelation
 
-# What SHOW TABLE EXTENDED puts in a Delta table's `information`.
-FLAT = """Database: s
-Table: t
-Owner: root
-Type: MANAGED
-Provider: delta
-Schema: root
- |-- id: long (nullable = true)
- |-- n: integer (nullable = true)
- |-- small: short (nullable = true)
- |-- tiny: byte (nullable = true)
- |-- amount: decimal(10,2) (nullable = true)
- |-- name: string (nullable = true)
- |-- at: timestamp (nullable = true)
-"""
-
-NESTED = """Database: s
+# What SHOW TABLE EXTENDED gives a view or a parquet table: the schema tree's type names.
+TREE = """Database: s
 Table: t
 Schema: root
  |-- id: long (nullable = true)
- |-- tags: array (nullable = true)
- |    |-- element: string (containsNull = true)
+ |-- code: string (nullable = true)
 """
 
 
 def adapter() -> FencedSparkAdapter:
-    return object.__new__(FencedSparkAdapter)  # parsing reads only the class's patterns
+    return object.__new__(FencedSparkAdapter)  # parsing reads only the class's own patterns
 
 
-def relation(information: str) -> FencedSparkRelation:
-    return FencedSparkRelation.create(
-        schema="s", identifier="t", type="table", information=information
-    )
+def relation() -> FencedSparkRelation:
+    return FencedSparkRelation.create(schema="s", identifier="t", type="table", information=TREE)
 
 
-def test_columns_are_numbered_from_one_with_sql_type_names():
-    columns = adapter().parse_columns_from_information(relation(FLAT))
+def test_the_catalog_reads_describe_not_the_schema_tree():
+    # dbt-spark's catalog asks DESCRIBE for a relation this returns nothing for.
+    assert adapter().parse_columns_from_information(relation()) == []
+
+
+def test_describe_columns_are_numbered_from_one():
+    rows = agate.Table(
+        [
+            ("id", "bigint", None),
+            ("code", "varchar(3)", None),
+            ("tags", "array<string>", None),
+            ("", "", ""),
+            ("# Detailed Table Information", "", ""),
+            ("Owner", "root", ""),
+        ],
+        ["col_name", "data_type", "comment"],
+    ).rows
+    columns = adapter().parse_describe_extended(relation(), rows)
     assert [(c.column_index, c.column, c.dtype) for c in columns] == [
         (1, "id", "bigint"),
-        (2, "n", "int"),
-        (3, "small", "smallint"),
-        (4, "tiny", "tinyint"),
-        (5, "amount", "decimal(10,2)"),
-        (6, "name", "string"),
-        (7, "at", "timestamp"),
+        (2, "code", "varchar(3)"),
+        (3, "tags", "array<string>"),
     ]
-
-
-def test_a_nested_column_leaves_the_table_to_describe():
-    # The tree says `array` alone; dbt-spark's catalog asks DESCRIBE when this returns nothing.
-    assert adapter().parse_columns_from_information(relation(NESTED)) == []

@@ -1,4 +1,6 @@
-"""A model's sql_header is split off the statement dbt glues it to, one statement at a time."""
+"""A node's sql_header is split off the statement dbt glues it to, one statement at a time."""
+
+from types import SimpleNamespace
 
 from dbt.adapters.fenced_spark import sql_header
 
@@ -23,13 +25,30 @@ def test_split_off_keeps_dbt_query_comment_on_the_statement():
     header = "set time zone 'UTC';"
     sql = f"{COMMENT}  {header}\n  create or replace table s.t as select 1"
     assert sql_header.split_off(sql, header) == (
-        ["set time zone 'UTC'"],
-        f"{COMMENT}  \n  create or replace table s.t as select 1",
+        f"{COMMENT}  \n  create or replace table s.t as select 1"
     )
 
 
 def test_a_statement_that_does_not_start_with_the_header_is_left_alone():
     header = "set time zone 'UTC';"
     assert sql_header.split_off(f"{COMMENT}select 1 -- {header}", header) is None
-    assert sql_header.split_off("select 1", None) is None
-    assert sql_header.split_off("select 1", "   ") is None
+
+
+def test_a_hook_that_merely_starts_with_the_header_text_is_left_alone():
+    header = "set spark.sql.shuffle.partitions = 20"
+    hook = f"{COMMENT}set spark.sql.shuffle.partitions = 200"
+    assert sql_header.split_off(hook, header) is None
+    glued = f"{COMMENT}{header}\ncreate table t as select 1"
+    assert sql_header.split_off(glued, header) == f"{COMMENT}\ncreate table t as select 1"
+
+
+def test_a_node_without_a_header_or_with_only_a_comment_has_none():
+    def node(header):
+        return SimpleNamespace(name="m", config={"sql_header": header})
+
+    assert sql_header.of_node(node(None)) is None
+    assert sql_header.of_node(node("-- nothing to run\n")) is None
+    assert sql_header.of_node(None) is None
+    assert sql_header.of_node(node("set time zone 'UTC';")) == sql_header.NodeHeader(
+        "m", "set time zone 'UTC';"
+    )

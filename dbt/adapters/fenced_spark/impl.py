@@ -69,13 +69,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     statement_kind,
 )
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
-from dbt.adapters.fenced_spark.relation import (
-    NESTED_IN_TREE,
-    FencedSparkColumn,
-    FencedSparkRelation,
-    quote_name,
-    sql_type,
-)
+from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 from dbt.adapters.fenced_spark.run_results import FenceResponses
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
 
@@ -261,7 +255,6 @@ class FencedSparkAdapter(SparkAdapter):
             node.config["file_format"] = "delta"
         if node is not None and getattr(node, "language", "sql") == "python":
             self._check_python_method(node.unique_id)  # before its hooks and materialization
-        self._nodes.sql_header = node.config.get("sql_header") if node is not None else None
         # The node's compile time ends here: its materialization starts.
         txn = self._txn()
         if txn is not None and txn.phase == Phase.COMPILE:
@@ -270,7 +263,6 @@ class FencedSparkAdapter(SparkAdapter):
 
     def post_model_hook(self, config: Mapping[str, Any], context: Any) -> None:
         # A node that failed mid-step leaves no phase behind for the next node on this thread.
-        self._nodes.sql_header = None
         txn = self._txn()
         if txn is not None:
             txn.phase = Phase.DONE
@@ -287,10 +279,13 @@ class FencedSparkAdapter(SparkAdapter):
         txn = self._node_transaction(query_header_context)
         if txn is not None:
             self._nodes.txn = txn
+        outer_header = getattr(self._nodes, "header", None)
+        self._nodes.header = sql_header.of_node(query_header_context)
         try:
             with super().connection_named(name, query_header_context, should_release_connection):
                 yield
         finally:
+            self._nodes.header = outer_header
             if txn is not None:
                 self._nodes.txn = outer
 
@@ -357,15 +352,10 @@ class FencedSparkAdapter(SparkAdapter):
         return [replace(c, column_index=(c.column_index or 0) + 1) for c in columns]
 
     def parse_columns_from_information(self, relation: Any) -> list[SparkColumn]:
-        # The catalog's column types as DESCRIBE prints them; a table whose schema tree hides an
-        # element type returns none here, and dbt-spark's catalog then asks DESCRIBE.
-        columns = super().parse_columns_from_information(relation)
-        if any(c.dtype in NESTED_IN_TREE for c in columns):
-            return []
-        return [
-            replace(c, dtype=sql_type(c.dtype), column_index=(c.column_index or 0) + 1)
-            for c in columns
-        ]
+        # The catalog's types as DESCRIBE prints them (`bigint`, `varchar(3)`, `array<int>`), not
+        # as the schema tree of SHOW TABLE EXTENDED does (`long`, `string`, `array`): with none
+        # here, dbt-spark's catalog asks DESCRIBE, as it already does for every Delta table.
+        return []
 
     def debug_query(self) -> None:
         # `dbt debug` is where users check what they run on: report Spark's and Delta's versions.
@@ -399,20 +389,32 @@ class FencedSparkAdapter(SparkAdapter):
         return super().get_column_schema_from_query(self._after_header(sql))
 
     def _after_header(self, sql: str) -> str:
-        """dbt glues the model's sql_header to a statement; Spark runs one statement per call:
-        the header's statements run first, each on its own, and the rest is returned."""
-        split = sql_header.split_off(sql, getattr(self._nodes, "sql_header", None))
-        if split is None:
-            return sql
-        self._run_header(split[0])
-        return split[1]
-
-    def _run_header(self, header: list[str] | None = None) -> None:
-        """The model's sql_header, in the model's session."""
+        """dbt glues the node's sql_header to a statement; Spark runs one statement per call:
+        the header runs first (once per node), and the statement without it is returned."""
+        header: sql_header.NodeHeader | None = getattr(self._nodes, "header", None)
         if header is None:
-            header = sql_header.statements(getattr(self._nodes, "sql_header", None) or "")
-        for statement in header:
-            self._execute(statement)
+            return sql
+        rest = sql_header.split_off(sql, header.text)
+        if rest is None:
+            return sql
+        self._run_header()
+        return self._after_header(rest)  # dbt may glue it twice (a test's own and ours)
+
+    def _run_header(self) -> None:
+        """The node's sql_header, each statement on its own, once, in the node's session."""
+        header: sql_header.NodeHeader | None = getattr(self._nodes, "header", None)
+        if header is None or header.ran:
+            return
+        header.ran = True
+        for number, statement in enumerate(sql_header.statements(header.text), 1):
+            try:
+                self._execute(statement)
+            except FenceError:
+                raise
+            except DbtRuntimeError as failed:
+                raise DbtRuntimeError(
+                    f"{header.node}: statement {number} of its sql_header failed: {failed.msg}"
+                ) from failed
 
     def _execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None

@@ -12,16 +12,6 @@ def quote_name(name: object) -> str:
     return "`" + str(name).replace("`", "``") + "`"
 
 
-# Spark's schema tree prints a type's name where DESCRIBE and SQL print `bigint`, `int`, ...
-_SQL_NAMES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}
-# ... and an array, map or struct without what it holds.
-NESTED_IN_TREE = ("array", "map", "struct")
-
-
-def sql_type(tree_type: str) -> str:
-    return _SQL_NAMES.get(tree_type, tree_type)
-
-
 @dataclass
 class FencedSparkColumn(SparkColumn):
     @classmethod

@@ -2,14 +2,32 @@
 
 dbt renders `sql_header` in front of the statement it belongs to, in one string. Spark runs one
 statement per call, so a header such as `set time zone 'UTC';` would fail the model. The adapter
-runs the header's statements on their own first, in the model's session, then the statement.
+runs the header's statements on their own first, once per node, in the node's session, then the
+statement.
 """
+
+from dataclasses import dataclass
 
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
+
+
+@dataclass
+class NodeHeader:
+    node: str  # the node's name, for an error in the header
+    text: str
+    ran: bool = False  # its session has it: a second run would redo a CREATE FUNCTION
+
+
+def of_node(node: object) -> NodeHeader | None:
+    config = getattr(node, "config", None)
+    text = config.get("sql_header") if config is not None else None
+    if not isinstance(text, str) or not without_leading_comments(text).strip():
+        return None
+    return NodeHeader(str(getattr(node, "name", "")), text)
 
 
 def statements(header: str) -> list[str]:
@@ -27,11 +45,14 @@ def statements(header: str) -> list[str]:
     return [p.strip() for p in parts if without_leading_comments(p).strip()]
 
 
-def split_off(sql: str, header: str | None) -> tuple[list[str], str] | None:
-    """The header's statements and what follows them, when `sql` starts with `header` (after
-    dbt's query comment); None when it does not."""
-    head = (header or "").strip()
+def split_off(sql: str, header: str) -> str | None:
+    """What follows `header` when `sql` starts with it (after dbt's query comment) and it ends
+    where a statement may (a hook that merely starts with the same text is not it); else None."""
+    head = header.strip()
     at = sql.find(head) if head else -1
     if at < 0 or without_leading_comments(sql[:at]).strip():
         return None
-    return statements(head), sql[:at] + sql[at + len(head) :]
+    end = at + len(head)
+    if end < len(sql) and not (head.endswith(";") or sql[end].isspace()):
+        return None
+    return sql[:at] + sql[end:]
