@@ -89,13 +89,15 @@ leg-session: setup
 leg-connect: leg-session
 	$(call pytest,$(CONNECT_TESTS) --profile connect --cluster -q -ra)
 
+# The session's conformance runs leave their JUnit XML where `make conformance` does, so that
+# `python -m tests.conformance.report --update` can put them into docs/conformance.md.
 leg-conformance: setup
-	$(call pytest,tests/conformance -q -ra --durations=5)
+	$(call pytest,tests/conformance -q -ra --durations=5 --junitxml=.cache/conformance/session.xml)
 
 leg-next: leg-conformance
 ifeq ($(DBT),1.11)
 	$(MAKE) --no-print-directory setup DBT=$(NEXT_DBT)
-	$(call pytest,$(NEXT_TESTS) -q -ra,.venv-$(NEXT_DBT)/bin/python)
+	$(call pytest,$(NEXT_TESTS) -q -ra --junitxml=.cache/conformance/session-$(NEXT_DBT).xml,.venv-$(NEXT_DBT)/bin/python)
 endif
 
 leg-thrift: leg-next

@@ -40,7 +40,11 @@ def read_run(path: str) -> tuple[dict[str, ClassResult], float]:
     suite = ET.parse(path).getroot()
     if suite.tag == "testsuites":
         suite = suite[0]
+    others = False
     for case in suite.iter("testcase"):
+        if not case.get("classname", "").startswith("tests.conformance."):
+            others = True  # a run of more than the conformance classes (make test's 1.12 leg)
+            continue
         result = results[case.get("classname", "")]
         result.seconds += float(case.get("time", 0))
         skipped = case.find("skipped")
@@ -51,6 +55,8 @@ def read_run(path: str) -> tuple[dict[str, ClassResult], float]:
             result.failed += 1
         else:
             result.passed += 1
+    if others:
+        return results, sum(r.seconds for r in results.values())
     return results, float(suite.get("time", 0))
 
 
