@@ -71,8 +71,7 @@ CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_r
 # on the embedded session.
 NEXT_DBT := 1.12
 NEXT_TESTS := tests/unit tests/conformance tests/functional/test_merge_races.py \
-	tests/functional/test_strict_races.py tests/functional/test_conflicts.py \
-	tests/functional/test_snapshots.py tests/functional/test_dbt_retry.py
+	tests/functional/test_strict_races.py tests/functional/test_dbt_retry.py
 
 # Everything on the embedded session; the fence over Spark Connect with its executors on a
 # standalone cluster (test_cluster.py needs one; the rest do not mind) and over Thrift; on 1.11,

@@ -66,3 +66,12 @@ def test_a_run_of_another_dbt_version_adds_its_column():
         "| `BaseDocsGenerate` | `test_docs.TestDocsGenerate` | skip | skip | pass (2, 31 s) |"
         " catalog numbering |" in page
     )
+
+
+def test_a_skipped_class_says_how_many_tests_it_skipped():
+    assert ClassResult(0, 0, 2).cell() == "skip (2)"
+    runs = {"session": ({"tests.conformance.test_docs.TestDocsGenerate": ClassResult()}, 0.0)}
+    runs["session"][0]["tests.conformance.test_docs.TestDocsGenerate"].skipped = 3
+    # The page's bare "skip" counted the base's 2 tests: the class gained one since.
+    page = update(PAGE, runs, "x")
+    assert "| session | 114 | 0 | 13 | 19.1 min |" in page
