@@ -12,6 +12,13 @@ export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export UV_CACHE_DIR := $(CURDIR)/.cache/uv
+# uv reads its own settings, not pip's: a mirror or certificate set for pip applies to it too.
+ifdef PIP_INDEX_URL
+export UV_DEFAULT_INDEX ?= $(PIP_INDEX_URL)
+endif
+ifdef PIP_CERT
+export SSL_CERT_FILE ?= $(PIP_CERT)
+endif
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
 	reliability lint format clean leg-session leg-conformance leg-thrift leg-next leg-connect
