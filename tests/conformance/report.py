@@ -159,6 +159,19 @@ def _key(classname: str) -> str:
     return f"{module.rsplit('.', 1)[-1]}.{short}"
 
 
+def _cells(row: str) -> list[str]:
+    """A class row's cells, one per profile."""
+    match = _ROW.match(row)
+    assert match is not None
+    return [c.strip() for c in match[2].split(" | ")]
+
+
+def _with_cells(row: str, cells: list[str]) -> str:
+    match = _ROW.match(row)
+    assert match is not None
+    return row[: match.start(2)] + " | ".join(cells) + row[match.end(2) :]
+
+
 def _with_column(lines: list[str], profile: str) -> list[str]:
     """The page with a column (and a totals row) for `profile`, each class "not run"."""
     header = next(i for i, line in enumerate(lines) if line.startswith("| base class |"))
@@ -201,16 +214,10 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
         # them by its classes' difference.
         if {_key(name) for name in results} >= set(rows):
             totals[profile] = [0, 0, 0, 0.0]
-            for key in rows:
-                match = _ROW.match(lines[rows[key]])
-                assert match is not None
-                cells = [c.strip() for c in match[2].split(" | ")]
+            for row in rows.values():
+                cells = _cells(lines[row])
                 cells[profiles.index(profile)] = "not run"
-                lines[rows[key]] = (
-                    lines[rows[key]][: match.start(2)]
-                    + " | ".join(cells)
-                    + lines[rows[key]][match.end(2) :]
-                )
+                lines[row] = _with_cells(lines[row], cells)
         totals[profile][3] += seconds / 60
         for name, result in results.items():
             key = _key(name)
@@ -221,7 +228,7 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
                 rows[key] = len(lines) - 1
             match = _ROW.match(lines[rows[key]])
             assert match is not None
-            cells = [c.strip() for c in match[2].split(" | ")]
+            cells = _cells(lines[rows[key]])
             column = profiles.index(profile)
             old = _counts(cells[column], base_tests(name) if cells[column] == "skip" else tests)
             new = (result.passed, result.failed, result.skipped)
@@ -231,8 +238,7 @@ def update(text: str, runs: dict[str, tuple[dict[str, ClassResult], float]], com
             old_reasons.setdefault(key, match[3].strip())
             new_reasons[key] |= result.reasons
             rerun[key].add(profile)
-            base = lines[rows[key]].split(" | ")[0]
-            lines[rows[key]] = f"{base} | `{key}` | " + " | ".join(cells) + f" | {match[3]} |"
+            lines[rows[key]] = _with_cells(lines[rows[key]], cells)
     for key, done in rerun.items():
         reasons = set(new_reasons[key])
         if set(profiles) - done and old_reasons[key]:

@@ -279,7 +279,7 @@ class FencedSparkAdapter(SparkAdapter):
         txn = self._node_transaction(query_header_context)
         if txn is not None:
             self._nodes.txn = txn
-        outer_header = getattr(self._nodes, "header", None)
+        outer_header = self._header()
         self._nodes.header = sql_header.of_node(query_header_context)
         try:
             with super().connection_named(name, query_header_context, should_release_connection):
@@ -301,6 +301,9 @@ class FencedSparkAdapter(SparkAdapter):
 
     def _txn(self) -> NodeTransaction | None:
         return getattr(self._nodes, "txn", None)
+
+    def _header(self) -> sql_header.NodeHeader | None:
+        return getattr(self._nodes, "header", None)
 
     def _node_transaction(self, node: Any) -> NodeTransaction | None:
         """A transaction for a node that may run fenced; None for any other node. The
@@ -379,10 +382,10 @@ class FencedSparkAdapter(SparkAdapter):
     def execute(
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
-        sql = self._after_header(sql)
-        if not without_leading_comments(sql).strip():
+        rest = self._after_header(sql)
+        if rest is not sql and not without_leading_comments(rest).strip():
             return AdapterResponse(_message="OK"), empty_table()  # the header was all of it
-        return self._execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
+        return self._execute(rest, auto_begin=auto_begin, fetch=fetch, limit=limit)
 
     def get_column_schema_from_query(self, sql: str) -> list[Any]:
         # A contract's column check sends the header with its probe query too.
@@ -390,8 +393,9 @@ class FencedSparkAdapter(SparkAdapter):
 
     def _after_header(self, sql: str) -> str:
         """dbt glues the node's sql_header to a statement; Spark runs one statement per call:
-        the header runs first (once per node), and the statement without it is returned."""
-        header: sql_header.NodeHeader | None = getattr(self._nodes, "header", None)
+        the header runs first (once per node), and the statement without it is returned; `sql`
+        itself when it has none."""
+        header = self._header()
         if header is None:
             return sql
         rest = sql_header.split_off(sql, header.text)
@@ -402,7 +406,7 @@ class FencedSparkAdapter(SparkAdapter):
 
     def _run_header(self) -> None:
         """The node's sql_header, each statement on its own, once, in the node's session."""
-        header: sql_header.NodeHeader | None = getattr(self._nodes, "header", None)
+        header = self._header()
         if header is None or header.ran:
             return
         header.ran = True
