@@ -4,7 +4,6 @@ One JVM and one root SparkSession per process; every dbt connection gets its own
 `newSession()`, so SQL confs (the fence's userMetadata) and temp views never cross threads.
 """
 
-import fcntl
 import logging
 import os
 import re
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark import class_archive
+from dbt.adapters.fenced_spark import class_archive, ivy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -224,24 +223,14 @@ def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSe
 
 @contextmanager
 def resolving(conf: dict[str, str]) -> Iterator[None]:
-    """Holds the Ivy cache while a JVM started with `conf` resolves packages into it: two Ivys
-    filling one cache at once break each other's files, and both JVMs exit (two `dbt` processes,
-    or a test server, starting on a fresh cache). A start that resolves nothing passes."""
+    """Holds the Ivy cache while a JVM started with `conf` resolves packages into it; a start
+    that resolves nothing passes."""
     cache = conf.get("spark.jars.ivy", "")
     if "spark.jars.packages" not in conf or not cache:
         yield
         return
-    os.makedirs(cache, exist_ok=True)
-    with open(os.path.join(cache, "resolving.lock"), "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.info(f"Waiting for another process to resolve Spark's packages into {cache}")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with ivy.holding(cache):
+        yield
 
 
 def log_query_errors_to(log_path: str) -> None:

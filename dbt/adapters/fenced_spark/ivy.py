@@ -1,0 +1,100 @@
+"""Maven artifacts the JVM needs before it starts (a metastore's JDBC driver goes on the
+driver's class path, where `spark.jars.packages` cannot put it), resolved by the Ivy that
+pyspark ships, into the same cache as Delta's jars."""
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dbt.adapters.events.logging import AdapterLogger
+from dbt_common.exceptions import DbtRuntimeError
+
+logger = AdapterLogger("FencedSpark")
+
+COORDINATE = re.compile(r"^([\w.-]+):([\w.-]+):([\w.+-]+)$")
+
+
+@contextmanager
+def holding(cache: str) -> Iterator[None]:
+    """The cache to this process while its Ivy fills it: two Ivys filling one cache at once break
+    each other's files (two `dbt` processes, or a test server, starting on a fresh cache)."""
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, "resolving.lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info(f"Waiting for another process to resolve Spark's packages into {cache}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def is_coordinate(entry: str) -> bool:
+    return bool(COORDINATE.match(entry)) and not entry.endswith(".jar")
+
+
+def _ivy_jar() -> str:
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    found = sorted(name for name in os.listdir(jars) if re.fullmatch(r"ivy-[\d.]+\.jar", name))
+    if not found:
+        raise DbtRuntimeError(f"pyspark's Ivy jar is not in {jars}")
+    return os.path.join(jars, found[-1])
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise DbtRuntimeError("No java found (JAVA_HOME or PATH): Spark needs Java 17 or newer")
+    return java
+
+
+def _record(cache: str, coordinate: str) -> str:
+    return os.path.join(cache, "resolved", re.sub(r"[^\w.-]", "_", coordinate) + ".cp")
+
+
+def _recorded(path: str) -> list[str]:
+    try:
+        with open(path) as record:
+            jars = [jar for jar in record.read().strip().split(os.pathsep) if jar]
+    except OSError:
+        return []
+    return jars if jars and all(os.path.isfile(jar) for jar in jars) else []
+
+
+def classpath(coordinate: str, cache: str) -> list[str]:
+    """The jars of one Maven module and its runtime dependencies, in Ivy's cache under `cache`.
+    Resolved once (Maven Central, or the repositories of ~/.m2 settings Ivy reads); later calls
+    read the record and start no JVM."""
+    match = COORDINATE.match(coordinate)
+    if match is None:
+        raise DbtRuntimeError(f"{coordinate!r} is not a Maven coordinate (group:artifact:version)")
+    record = _record(cache, coordinate)
+    jars = _recorded(record)
+    if jars:
+        return jars
+    with holding(cache):
+        jars = _recorded(record)
+        if jars:
+            return jars
+        os.makedirs(os.path.dirname(record), exist_ok=True)
+        partial = f"{record}.{os.getpid()}"
+        done = subprocess.run(
+            [_java(), "-jar", _ivy_jar(), "-cache", os.path.join(cache, "cache")]
+            + ["-dependency", *match.groups(), "-confs", "default", "-cachepath", partial],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or not os.path.exists(partial):
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+            raise DbtRuntimeError(f"Ivy could not resolve {coordinate} into {cache}:\n{tail}")
+        os.replace(partial, record)
+    return _recorded(record)
