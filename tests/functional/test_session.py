@@ -82,3 +82,53 @@ select cast(id as int) as day from range(0, 4)
         assert "DELTA_REPLACE_WHERE_MISMATCH" in message
         assert len(spark.sql(f"describe history {table}").collect()) == before
         assert rows(spark, f"select day from {table} order by day") == [(0,), (1,), (2,), (3,)]
+
+
+HOLDER = """
+import sys, time
+from dbt.adapters.fenced_spark import lakehouse
+lakehouse.hold_folder(sys.argv[1], 0)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_dbt_process_on_the_folder_is_told_who_holds_it(tmp_path):
+    """Before any JVM starts: the folder's embedded Derby would refuse the second process only
+    after 40 s, inside Hive, without saying who holds it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.sql").write_text("select 1 as id")
+    (tmp_path / "dbt_project.yml").write_text("name: held\nversion: '1.0'\nprofile: held\n")
+    folder = tmp_path / "lake"
+    (tmp_path / "profiles.yml").write_text(
+        "held:\n  target: dev\n  outputs:\n    dev:\n      type: fenced_spark\n"
+        f"      schema: held\n      folder: {folder}\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder), "dbt", "run", "--select", "nightly"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
+        done = subprocess.run(
+            [dbt, "run", "--project-dir", str(tmp_path), "--profiles-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode != 0
+    said = done.stdout
+    assert f"The embedded lakehouse in {folder} is in use by pid {holder.pid}:" in said
+    assert "dbt run --select nightly" in said and "`folder_wait: <seconds>`" in said
+    assert said.count("Runtime Error") == 1, said
+    # Told before any JVM started: none opened the folder's metastore or wrote Spark's log.
+    assert not os.path.exists(folder / "metastore_db")
+    assert not os.path.exists(folder / "logs" / "spark.log")

@@ -138,6 +138,19 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         self.run_state.record(connection, sql)
         return result
 
+    @contextmanager
+    def exception_handler(self, sql: str) -> Iterator[None]:
+        # dbt-spark re-raises every error as a new DbtRuntimeError, whose text nests one more
+        # "Runtime Error" header; one that already is one says what happened as it is.
+        try:
+            with super().exception_handler(sql):
+                yield
+        except DbtRuntimeError as exc:
+            original = exc.__context__
+            if isinstance(original, DbtRuntimeError):
+                raise original from None
+            raise
+
     def _replay(self, sql: str) -> None:
         # A statement that no longer runs (a temp view over a table a model has dropped since)
         # must not fail models that do not use it; one that does fails on its own.

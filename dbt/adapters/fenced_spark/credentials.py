@@ -1,12 +1,13 @@
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from dbt.adapters.spark.connections import SparkConnectionMethod, SparkCredentials
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark import connect
+from dbt.adapters.fenced_spark import connect, lakehouse
 
 # Maven Central serves delta-spark_4.1_2.13 up to 4.4.0 (4.4.1 exists on PyPI only);
 # the Python and JVM halves speak SQL to each other, so a patch skew is harmless.
@@ -37,6 +38,14 @@ class FencedSparkCredentials(SparkCredentials):
     # Embedded session only: where Spark's Ivy keeps the resolved Delta jars.
     jars_cache: str | None = None
     delta_package: str = DEFAULT_DELTA_PACKAGE
+    # Embedded session only: a lakehouse several processes share (docs/cluster.md): the
+    # warehouse on any Hadoop file system URL, the metastore a database or a metastore service.
+    warehouse: str | None = None
+    metastore: dict[str, Any] | None = None
+    # Embedded session only: seconds to wait while another process holds the folder's metastore.
+    folder_wait: int = 0
+
+    SESSION_KEYS = ("warehouse", "metastore", "folder_wait")
 
     def __post_init__(self) -> None:
         # The embedded session is the default: a profile may omit `method`.
@@ -54,9 +63,21 @@ class FencedSparkCredentials(SparkCredentials):
             self.jars_cache = os.path.abspath(
                 os.path.expanduser(self.jars_cache or _default_jars_cache())
             )
+            lakehouse.metastore(self.metastore)
+        else:
+            self._check_session_only()
         if self.method == FencedConnectionMethod.CONNECT:
             self._check_connect()
         super().__post_init__()
+
+    def _check_session_only(self) -> None:
+        # A server's warehouse and metastore are its own: set where the server starts.
+        for key in self.SESSION_KEYS:
+            if getattr(self, key) not in (None, 0):
+                raise DbtRuntimeError(
+                    f"profile key `{key}` applies to method: session only; a {self.method} "
+                    "server keeps its own warehouse and metastore"
+                )
 
     def _check_connect(self) -> None:
         if not self.host or not str(self.host).startswith("sc://"):
@@ -79,12 +100,20 @@ class FencedSparkCredentials(SparkCredentials):
         return connect.redact(str(self.host))
 
     @property
+    def metastore_at(self) -> str:
+        if not self.metastore:
+            return f"Derby, embedded in {self.folder}"
+        spec = self.metastore
+        return re.sub(r"(?i)(password=)[^;&]*", r"\1***", str(spec.get("url") or spec.get("uris")))
+
+    @property
     def type(self) -> str:
         return "fenced_spark"
 
     def _connection_keys(self) -> tuple[str, ...]:
         if self.method == SparkConnectionMethod.SESSION:
-            return "method", "schema", "folder", "jars_cache", "delta_package"
+            keys = ("method", "schema", "folder", "jars_cache", "delta_package")
+            return keys + (("warehouse", "metastore_at") if self.metastore else ())
         if self.method == FencedConnectionMethod.CONNECT:
             # `url`: the host without its token, which `dbt debug` would print.
             return "method", "url", "schema", "connect_retries", "connect_timeout"

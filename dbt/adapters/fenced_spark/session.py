@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark import class_archive, ivy
+from dbt.adapters.fenced_spark import class_archive, ivy, lakehouse
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +70,7 @@ def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> 
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.catalogImplementation": "hive",
-        "spark.sql.warehouse.dir": os.path.join(folder, "warehouse"),
+        "spark.sql.warehouse.dir": creds.warehouse or os.path.join(folder, "warehouse"),
         "spark.hadoop.javax.jdo.option.ConnectionURL": (
             f"jdbc:derby:;databaseName={os.path.join(folder, 'metastore_db')};create=true"
         ),
@@ -87,7 +87,16 @@ def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> 
     cores = local_cores(creds.server_side_parameters.get("spark.master", conf["spark.master"]))
     if cores is not None:
         conf.update(sized_conf(cores))
+    shared = lakehouse.metastore(creds.metastore)
+    if shared is not None:
+        del conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+        conf.update(shared.conf(creds.jars_cache or ""))
+    class_path = [conf.get("spark.driver.extraClassPath")]
     conf.update(creds.server_side_parameters)
+    if class_path[0] and "spark.driver.extraClassPath" in creds.server_side_parameters:
+        # The metastore's driver and the user's own jars both belong on the class path.
+        class_path.append(creds.server_side_parameters["spark.driver.extraClassPath"])
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(filter(None, class_path))
     if not RESOLUTION_KEYS & set(creds.server_side_parameters):
         jars = resolved_jars(creds)
         if jars:
@@ -191,6 +200,10 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
     folder = creds.folder or ""
     os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
     launch = launch_conf(creds)
+    if creds.metastore:
+        lakehouse.check_warehouse(launch["spark.sql.warehouse.dir"], shared=True, spark_conf=launch)
+    else:
+        lakehouse.hold_folder(folder, creds.folder_wait)
     with resolving(launch):
         # The process that held the cache may have recorded the jars meanwhile.
         return _launch(creds, launch_conf(creds) if "spark.jars.packages" in launch else launch)
@@ -253,6 +266,8 @@ def root_session(creds: "FencedSparkCredentials") -> "SparkSession":
         if _root is None:
             try:
                 _root = _start(creds)
+            except DbtRuntimeError:
+                raise  # already says what to do
             except Exception as exc:
                 log_path = os.path.join(creds.folder or "", "logs", "spark.log")
                 raise DbtRuntimeError(
