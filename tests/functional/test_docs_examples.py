@@ -42,7 +42,8 @@ def files(project: str, folder: str) -> dict[str, str]:
 
 
 def test_the_pages_mark_their_examples():
-    assert set(EXAMPLES) == {"quickstart", "readme", "strategies"}
+    # `shared` is run by tests/twodrivers (a real HDFS and a shared metastore): `make twodrivers`.
+    assert set(EXAMPLES) == {"quickstart", "readme", "strategies", "shared"}
     assert len(EXAMPLES["strategies"]) == 12 and len(EXAMPLES["quickstart"]) == 4
 
 
