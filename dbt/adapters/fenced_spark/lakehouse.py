@@ -38,6 +38,8 @@ S3_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
 
 # Bound while the process lives: the OS releases it when the process ends, killed or not.
 _folder_lock: IO[str] | None = None
+# A wait that ran out: the next start of this process (the early start failed) says so at once.
+_waited_out: DbtRuntimeError | None = None
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,11 @@ def check_warehouse(warehouse: str, shared: bool, spark_conf: dict[str, str]) ->
 def hold_folder(folder: str, wait_seconds: int) -> None:
     """The folder's embedded metastore admits one JVM: a second process is told at once who holds
     it (or waits up to `folder_wait` seconds) instead of failing 40 s later inside Hive."""
-    global _folder_lock
+    global _folder_lock, _waited_out
     if _folder_lock is not None:
         return
+    if _waited_out is not None:
+        raise _waited_out
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "session.lock")
     lock = open(path, "a+")  # noqa: SIM115 - held open, and locked, while the process lives
@@ -204,7 +208,10 @@ def hold_folder(folder: str, wait_seconds: int) -> None:
             holder = _holder(lock)
             if time.monotonic() >= deadline:
                 lock.close()
-                raise DbtRuntimeError(_in_use(folder, holder, wait_seconds)) from None
+                refused = DbtRuntimeError(_in_use(folder, holder, wait_seconds))
+                if wait_seconds > 0:
+                    _waited_out = refused
+                raise refused from None
             if not told:
                 logger.warning(
                     f"The embedded lakehouse in {folder} is in use by {holder}; waiting up to "
