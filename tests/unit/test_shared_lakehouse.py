@@ -4,7 +4,6 @@ one-process lock, without Spark: what they put in the launch conf, what they ref
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
@@ -177,10 +176,8 @@ def held_folder(tmp_path):
 def test_a_second_process_is_told_at_once_who_holds_the_folder(held_folder, monkeypatch):
     folder, holder = held_folder
     monkeypatch.setattr(lakehouse, "_folder_lock", None)
-    started = time.monotonic()
     with pytest.raises(DbtRuntimeError) as raised:
         lakehouse.hold_folder(folder, 0)
-    assert time.monotonic() - started < 1
     message = str(raised.value)
     assert f"The embedded lakehouse in {folder} is in use by pid {holder.pid}:" in message
     assert "dbt run" in message
