@@ -108,7 +108,7 @@ def test_a_second_dbt_process_on_the_folder_is_told_who_holds_it(tmp_path):
         f"      schema: held\n      folder: {folder}\n"
     )
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(folder), "dbt", "run", "--select", "nightly"],
+        [sys.executable, "-c", HOLDER, str(folder)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -126,8 +126,8 @@ def test_a_second_dbt_process_on_the_folder_is_told_who_holds_it(tmp_path):
         holder.wait()
     assert done.returncode != 0
     said = done.stdout
-    assert f"The embedded lakehouse in {folder} is in use by pid {holder.pid}:" in said
-    assert "dbt run --select nightly" in said and "`folder_wait: <seconds>`" in said
+    assert f"The embedded lakehouse in {folder} is in use by pid {holder.pid} on " in said
+    assert "`folder_wait: <seconds>`" in said
     assert said.count("Runtime Error") == 1, said
     # Told before any JVM started: none opened the folder's metastore or wrote Spark's log.
     assert not os.path.exists(folder / "metastore_db")

@@ -148,7 +148,7 @@ def test_the_users_jars_come_first(tmp_path):
 
 def test_the_jvm_starts_early_only_for_commands_that_run_sql(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(session, "root_session", lambda c: started.append(c))
+    monkeypatch.setattr(session, "root_session", lambda c, early=False: started.append(c))
     # In the whole suite the functional tests' JVM is already up: a started JVM is not started
     # again, so this test pretends none is.
     monkeypatch.setattr(session, "_root", object())

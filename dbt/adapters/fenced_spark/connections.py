@@ -148,7 +148,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         except DbtRuntimeError as exc:
             original = exc.__context__
             if isinstance(original, DbtRuntimeError):
-                raise original from None
+                raise original from original.__cause__
             raise
 
     def _replay(self, sql: str) -> None:

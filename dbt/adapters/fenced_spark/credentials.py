@@ -1,5 +1,6 @@
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +64,33 @@ class FencedSparkCredentials(SparkCredentials):
             self.jars_cache = os.path.abspath(
                 os.path.expanduser(self.jars_cache or _default_jars_cache())
             )
+            if self.warehouse:
+                self.warehouse = lakehouse.local_path(self.warehouse)
             lakehouse.metastore(self.metastore)
+            self._check_one_way()
         else:
             self._check_session_only()
         if self.method == FencedConnectionMethod.CONNECT:
             self._check_connect()
         super().__post_init__()
+
+    def _check_one_way(self) -> None:
+        # One setting, one place: `dbt debug` shows the profile key, Spark would use the conf.
+        given = {
+            "warehouse": ("spark.sql.warehouse.dir",),
+            "metastore": (
+                "spark.hadoop.hive.metastore.uris",
+                "spark.hadoop.javax.jdo.option.ConnectionURL",
+            ),
+        }
+        for key, confs in given.items():
+            for conf in confs:
+                if getattr(self, key) and conf in self.server_side_parameters:
+                    raise DbtRuntimeError(
+                        f"profile key `{key}` and server_side_parameters' {conf} both set where "
+                        f"the session's {'tables' if key == 'warehouse' else 'catalog'} live: "
+                        "keep one"
+                    )
 
     def _check_session_only(self) -> None:
         # A server's warehouse and metastore are its own: set where the server starts.
@@ -104,7 +126,21 @@ class FencedSparkCredentials(SparkCredentials):
         if not self.metastore:
             return f"Derby, embedded in {self.folder}"
         spec = self.metastore
-        return re.sub(r"(?i)(password=)[^;&]*", r"\1***", str(spec.get("url") or spec.get("uris")))
+        uris = spec.get("uris")
+        return lakehouse.mask(
+            ",".join(uris) if isinstance(uris, list) else str(spec.get("url") or uris)
+        )
+
+    def connection_info(self, *, with_aliases: bool = False) -> Iterator[tuple[str, Any]]:
+        # dbt prints only dataclass fields; `url` and `metastore_at` are properties that show a
+        # field without its secret.
+        shown = dict(super().connection_info(with_aliases=with_aliases))
+        for key in self._connection_keys():
+            if key in shown:
+                yield key, shown.pop(key)
+            elif isinstance(getattr(type(self), key, None), property):
+                yield key, getattr(self, key)
+        yield from shown.items()
 
     @property
     def type(self) -> str:

@@ -72,8 +72,8 @@ def _recorded(path: str) -> list[str]:
 
 def classpath(coordinate: str, cache: str) -> list[str]:
     """The jars of one Maven module and its runtime dependencies, in Ivy's cache under `cache`.
-    Resolved once (Maven Central, or the repositories of ~/.m2 settings Ivy reads); later calls
-    read the record and start no JVM."""
+    Resolved once, from Maven Central (Ivy's default; the profile's spark.jars.repositories is
+    not used here); later calls read the record and start no JVM."""
     match = COORDINATE.match(coordinate)
     if match is None:
         raise DbtRuntimeError(f"{coordinate!r} is not a Maven coordinate (group:artifact:version)")
@@ -87,12 +87,16 @@ def classpath(coordinate: str, cache: str) -> list[str]:
             return jars
         os.makedirs(os.path.dirname(record), exist_ok=True)
         partial = f"{record}.{os.getpid()}"
-        done = subprocess.run(
-            [_java(), "-jar", _ivy_jar(), "-cache", os.path.join(cache, "cache")]
-            + ["-dependency", *match.groups(), "-confs", "default", "-cachepath", partial],
-            capture_output=True,
-            text=True,
-        )
+        try:
+            done = subprocess.run(
+                [_java(), "-jar", _ivy_jar(), "-cache", os.path.join(cache, "cache")]
+                + ["-dependency", *match.groups(), "-confs", "default", "-cachepath", partial],
+                capture_output=True,
+                text=True,
+                timeout=600,  # it holds the cache's lock: a hung download must not hold it on
+            )
+        except subprocess.TimeoutExpired:
+            raise DbtRuntimeError(f"Ivy did not resolve {coordinate} within 600 s") from None
         if done.returncode != 0 or not os.path.exists(partial):
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
             raise DbtRuntimeError(f"Ivy could not resolve {coordinate} into {cache}:\n{tail}")

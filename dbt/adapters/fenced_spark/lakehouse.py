@@ -3,9 +3,11 @@ warehouse and an embedded Derby metastore, one process at a time), or a warehous
 file system and a metastore that several drivers share (`warehouse:`, `metastore:`)."""
 
 import fcntl
+import getpass
 import glob
 import os
 import re
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -27,19 +29,15 @@ DRIVERS = {
     "mysql": "com.mysql.cj.jdbc.Driver",
     "mariadb": "org.mariadb.jdbc.Driver",
 }
-# Storage whose Delta log store lets only one JVM commit to a table at a time (docs/cluster.md).
-SINGLE_DRIVER_SCHEMES = {
-    "file": "the local file system",
-    "s3": "S3",
-    "s3a": "S3",
-    "s3n": "S3",
-}
+# Storage whose Delta log store admits one commit N across JVMs (docs/cluster.md).
+SAFE_SCHEMES = frozenset({"hdfs", "abfs", "abfss", "wasb", "wasbs", "adl", "gs"})
+S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 S3_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
+# The metastore's connection settings: passed to the JVM in memory, never on its command line.
+SECRET_PREFIX = "spark.hadoop.javax.jdo.option."
 
 # Bound while the process lives: the OS releases it when the process ends, killed or not.
 _folder_lock: IO[str] | None = None
-# A wait that ran out: the next start of this process (the early start failed) says so at once.
-_waited_out: DbtRuntimeError | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +76,12 @@ def _jars(entry: str, jars_cache: str) -> list[str]:
     return ivy.classpath(entry, jars_cache) if ivy.is_coordinate(entry) else [entry]
 
 
+def mask(text: str) -> str:
+    """A metastore URL fit to print: its password (`password=`, `user:password@`) masked."""
+    text = re.sub(r"(?i)(password=)[^;&]*", r"\1***", text)
+    return re.sub(r"(//[^/:@;]+:)[^@/]*@", r"\1***@", text)
+
+
 def pyspark_derby_version() -> str:
     import pyspark
 
@@ -87,14 +91,28 @@ def pyspark_derby_version() -> str:
     raise DbtRuntimeError(f"pyspark's Derby jar is not in {jars}")
 
 
+def local_path(path: str) -> str:
+    """A path without a scheme is the user's: `~` and relative paths resolve as `folder` does."""
+    return path if urlparse(path).scheme else os.path.abspath(os.path.expanduser(path))
+
+
+def _text(spec: dict, key: str) -> str | None:
+    value = spec.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    # YAML turns unquoted 0123, yes or 12:30 into numbers and booleans: never guess back.
+    raise DbtRuntimeError(
+        f"profile key `metastore.{key}` takes text, not {type(value).__name__}: quote it"
+    )
+
+
 def metastore(spec: Any) -> Metastore | None:
     """The profile's `metastore:`, checked before any JVM starts; errors name the key."""
     if spec is None:
         return None
     if not isinstance(spec, dict):
         raise DbtRuntimeError(
-            f"profile key `metastore` takes a mapping (url: jdbc:..., or uris: thrift://...), "
-            f"not {spec!r}"
+            "profile key `metastore` takes a mapping (url: jdbc:..., or uris: thrift://...)"
         )
     unknown = sorted(set(spec) - set(METASTORE_KEYS))
     if unknown:
@@ -102,102 +120,130 @@ def metastore(spec: Any) -> Metastore | None:
             f"profile key `metastore.{unknown[0]}` is not known; `metastore` takes "
             + ", ".join(METASTORE_KEYS)
         )
-    url, uris = spec.get("url"), spec.get("uris")
+    uris = spec.get("uris")
+    if isinstance(uris, list):
+        uris = ",".join(str(uri) for uri in uris)
+    url = _text(spec, "url")
     if bool(url) == bool(uris):
         raise DbtRuntimeError(
             "profile key `metastore` takes one of `url` (a JDBC URL: the metastore's database) "
             "or `uris` (thrift://host:9083: a Hive metastore service)"
         )
     if uris:
-        for key in ("driver", "user", "password", "jars"):
-            if key in spec:
-                raise DbtRuntimeError(
-                    f"profile key `metastore.{key}` belongs to `metastore.url`; a metastore "
-                    f"service (`uris`) has its own database settings"
-                )
-        return Metastore(None, str(uris), None, None, None, ())
+        return _service(spec, str(uris))
     url = str(url)
     match = re.match(r"jdbc:([a-z0-9]+):", url)
     if match is None:
-        raise DbtRuntimeError(f"profile key `metastore.url` is a JDBC URL (jdbc:...), not {url!r}")
+        raise DbtRuntimeError(
+            f"profile key `metastore.url` is a JDBC URL (jdbc:...), not {mask(url)!r}"
+        )
     protocol = match.group(1)
     if protocol == "derby" and not url.startswith("jdbc:derby://"):
         raise DbtRuntimeError(
-            f"profile key `metastore.url` {url!r} is an embedded Derby database, which one "
+            f"profile key `metastore.url` {mask(url)!r} is an embedded Derby database, which one "
             "process opens at a time, as the folder's own does. Share Derby's network server "
             "(jdbc:derby://host:1527/metastore_db;create=true) or another database."
         )
-    jars = spec.get("jars")
-    if jars is None:
-        jars = (
-            [f"org.apache.derby:derbyclient:{pyspark_derby_version()}"]
-            if protocol == "derby"
-            else []
-        )
-    if isinstance(jars, str):
-        jars = [jars]
-    driver = spec.get("driver") or DRIVERS.get(protocol)
+    driver = _text(spec, "driver") or DRIVERS.get(protocol)
     if driver is None:
         raise DbtRuntimeError(
-            f"profile key `metastore.driver`: name the JDBC driver class for {url.split('//')[0]}"
+            f"profile key `metastore.driver`: name the JDBC driver class for jdbc:{protocol}"
         )
-    if not jars and protocol != "derby":
-        raise DbtRuntimeError(
-            f"profile key `metastore.jars`: give {driver}'s jar as a Maven coordinate "
-            "(group:artifact:version, resolved into the jars cache) or a path"
-        )
-    for jar in jars:
-        if not ivy.is_coordinate(str(jar)) and not os.path.isfile(str(jar)):
+    return Metastore(
+        url, None, driver, _text(spec, "user"), _text(spec, "password"), _jar_list(spec, protocol)
+    )
+
+
+def _service(spec: dict, uris: str) -> Metastore:
+    for key in ("driver", "user", "password", "jars"):
+        if key in spec:
+            raise DbtRuntimeError(
+                f"profile key `metastore.{key}` belongs to `metastore.url`; a metastore "
+                "service (`uris`) has its own database settings"
+            )
+    for uri in uris.split(","):
+        if not uri.strip().startswith("thrift://"):
+            raise DbtRuntimeError(
+                f"profile key `metastore.uris` lists thrift://host:port URIs, not {uri.strip()!r}"
+            )
+    return Metastore(None, uris, None, None, None, ())
+
+
+def _jar_list(spec: dict, protocol: str) -> tuple[str, ...]:
+    jars = spec.get("jars")
+    if jars is None:
+        if protocol != "derby":
+            raise DbtRuntimeError(
+                f"profile key `metastore.jars`: give the jdbc:{protocol} driver's jar as a Maven "
+                "coordinate (group:artifact:version, resolved into the jars cache) or a path"
+            )
+        return (f"org.apache.derby:derbyclient:{pyspark_derby_version()}",)
+    found = []
+    for jar in [jars] if isinstance(jars, str) else jars:
+        entry = str(jar) if ivy.is_coordinate(str(jar)) else local_path(str(jar))
+        if not ivy.is_coordinate(entry) and not os.path.isfile(entry):
             raise DbtRuntimeError(
                 f"profile key `metastore.jars`: {jar!r} is neither a Maven coordinate "
                 "(group:artifact:version) nor a jar file"
             )
-    user, password = spec.get("user"), spec.get("password")
-    return Metastore(
-        url,
-        None,
-        str(driver),
-        None if user is None else str(user),
-        None if password is None else str(password),
-        tuple(str(jar) for jar in jars),
+        found.append(entry)
+    return tuple(found)
+
+
+def is_embedded(conf: dict[str, str], folder: str) -> bool:
+    """Whether the launch conf keeps the catalog in the folder's Derby, however it was set (the
+    profile's `metastore:`, or `server_side_parameters` of users who shared one before it)."""
+    return (
+        conf.get("spark.sql.catalogImplementation") == "hive"
+        and not conf.get("spark.hadoop.hive.metastore.uris")
+        and conf.get(SECRET_PREFIX + "ConnectionURL") == embedded_url(folder)
     )
 
 
-def check_warehouse(warehouse: str, shared: bool, spark_conf: dict[str, str]) -> None:
+def embedded_url(folder: str) -> str:
+    return f"jdbc:derby:;databaseName={os.path.join(folder, 'metastore_db')};create=true"
+
+
+def check_warehouse(warehouse: str, spark_conf: dict[str, str]) -> None:
     """Warns when drivers that share a metastore would commit through a log store that makes a
     commit atomic only inside one JVM: two of them could both be told their commit succeeded."""
-    if not shared:
-        return
     scheme = urlparse(warehouse).scheme or "file"
-    where = SINGLE_DRIVER_SCHEMES.get(scheme)
-    if where is None:
+    if scheme in SAFE_SCHEMES:
         return
-    if where == "S3" and any(k.startswith("spark.delta.logStore.") for k in spark_conf):
-        return
-    fix = (
-        f"set spark.delta.logStore.{scheme}.impl={S3_LOG_STORE} (with its DynamoDB table)"
-        if where == "S3"
-        else "put the warehouse on HDFS, ABFS or GCS"
+    store = spark_conf.get(f"spark.delta.logStore.{scheme}.impl") or spark_conf.get(
+        "spark.delta.logStore.class", ""
     )
+    if scheme in S3_SCHEMES and store and not store.endswith("S3SingleDriverLogStore"):
+        return
+    if scheme == "file":
+        why = (
+            "is on the local file system, where Delta's log store keeps commits atomic only "
+            "inside one JVM"
+        )
+        fix = "put the warehouse on HDFS, ABFS or GCS"
+    elif scheme in S3_SCHEMES:
+        why = "is on S3, where Delta's default log store keeps commits atomic only inside one JVM"
+        fix = f"set spark.delta.logStore.{scheme}.impl={S3_LOG_STORE} (with its DynamoDB table)"
+    else:
+        why = f"is on {scheme}://, whose Delta log store is not known to admit one commit N"
+        fix = "check Delta's storage configuration for it"
     logger.warning(
-        f"The warehouse {warehouse} is on {where} and the metastore is shared: Delta's log store "
-        f"for {scheme}:// keeps commits atomic only inside one JVM, so two processes committing "
-        f"to one table can both be told they succeeded while one commit is lost, fence or no "
-        f"fence. Run one process at a time, or {fix} (docs/cluster.md)."
+        f"The warehouse {warehouse} {why}, and the metastore is shared: two processes committing "
+        f"to one table could both be told they succeeded while one commit is lost, fence or no "
+        f"fence. Run one process at a time, or {fix} (docs/cluster.md, Separate drivers)."
     )
 
 
 def hold_folder(folder: str, wait_seconds: int) -> None:
     """The folder's embedded metastore admits one JVM: a second process is told at once who holds
     it (or waits up to `folder_wait` seconds) instead of failing 40 s later inside Hive."""
-    global _folder_lock, _waited_out
+    global _folder_lock
     if _folder_lock is not None:
         return
-    if _waited_out is not None:
-        raise _waited_out
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "session.lock")
-    lock = open(path, "a+")  # noqa: SIM115 - held open, and locked, while the process lives
+    # Held open, and locked, while the process lives.
+    lock = open(path, "a+", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
     deadline = time.monotonic() + max(0, wait_seconds)
     told = False
     while True:
@@ -208,10 +254,7 @@ def hold_folder(folder: str, wait_seconds: int) -> None:
             holder = _holder(lock)
             if time.monotonic() >= deadline:
                 lock.close()
-                refused = DbtRuntimeError(_in_use(folder, holder, wait_seconds))
-                if wait_seconds > 0:
-                    _waited_out = refused
-                raise refused from None
+                raise DbtRuntimeError(_in_use(folder, holder, wait_seconds)) from None
             if not told:
                 logger.warning(
                     f"The embedded lakehouse in {folder} is in use by {holder}; waiting up to "
@@ -219,16 +262,30 @@ def hold_folder(folder: str, wait_seconds: int) -> None:
                 )
                 told = True
             time.sleep(1)
+        except OSError as exc:
+            # A file system without locks (NFS without lockd, some FUSE mounts): Derby's own
+            # refusal, later and less clear, is what remains.
+            logger.debug(f"No lock on {path} ({exc}); a second process is not told who holds it")
+            lock.close()
+            return
     lock.seek(0)
     lock.truncate()
-    lock.write(f"pid {os.getpid()}: {' '.join(sys.argv)} (since {time.strftime('%H:%M:%S')})\n")
+    lock.write(f"{_this_process()} (since {time.strftime('%H:%M:%S')})\n")
     lock.flush()
     _folder_lock = lock
 
 
+def _this_process() -> str:
+    # Who, where and which command; not the whole command line (its --vars may hold secrets).
+    args = [os.path.basename(sys.argv[0])] if sys.argv and sys.argv[0] else []
+    args += [arg for arg in sys.argv[1:2] if not arg.startswith("-")]
+    command = re.sub(r"\s+", " ", " ".join(args) or "python")[:80]
+    return f"pid {os.getpid()} on {socket.gethostname()} (user {getpass.getuser()}): {command}"
+
+
 def _holder(lock: IO[str]) -> str:
     lock.seek(0)
-    return lock.read().strip() or "another process"
+    return re.sub(r"\s+", " ", lock.read(400)).strip() or "another process"
 
 
 def _in_use(folder: str, holder: str, waited: int) -> str:

@@ -71,9 +71,7 @@ def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> 
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": creds.warehouse or os.path.join(folder, "warehouse"),
-        "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={os.path.join(folder, 'metastore_db')};create=true"
-        ),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": lakehouse.embedded_url(folder),
         # derby.log lands in derby.system.home; keep it inside the folder, not the cwd.
         "spark.driver.extraJavaOptions": " ".join(
             filter(None, [f"-Dderby.system.home={folder}", _class_archive(creds, share_classes)])
@@ -182,7 +180,7 @@ def _record_resolved(creds: "FencedSparkCredentials", spark_jars: str) -> None:
         logger.debug(f"Could not record Delta's resolved jars in {path}: {exc}")
 
 
-def _start(creds: "FencedSparkCredentials") -> "SparkSession":
+def _start(creds: "FencedSparkCredentials", wait_seconds: int) -> "SparkSession":
     from pyspark.sql import SparkSession
 
     existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
@@ -200,10 +198,10 @@ def _start(creds: "FencedSparkCredentials") -> "SparkSession":
     folder = creds.folder or ""
     os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
     launch = launch_conf(creds)
-    if creds.metastore:
-        lakehouse.check_warehouse(launch["spark.sql.warehouse.dir"], shared=True, spark_conf=launch)
+    if lakehouse.is_embedded(launch, folder):
+        lakehouse.hold_folder(folder, wait_seconds)
     else:
-        lakehouse.hold_folder(folder, creds.folder_wait)
+        lakehouse.check_warehouse(launch.get("spark.sql.warehouse.dir", ""), launch)
     with resolving(launch):
         # The process that held the cache may have recorded the jars meanwhile.
         return _launch(creds, launch_conf(creds) if "spark.jars.packages" in launch else launch)
@@ -223,15 +221,53 @@ def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSe
     # The launcher copies os.environ; bind the driver to loopback, not the host's address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with open(log_path, "ab") as log:
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        gateway = launch_gateway(
+            SparkConf().setAll(list(on_command_line(launch).items())),
+            popen_kwargs={"stdout": log, "stderr": log},
+        )
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = SparkSession.builder.config(conf=conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     log_query_errors_to(log_path)
+    if not lakehouse.is_embedded(launch, folder):
+        _reach_metastore(session, launch)
     resolved = dict(conf.getAll()).get("spark.jars.packages") == creds.delta_package
     if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
         _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
     return session
+
+
+def on_command_line(launch: dict[str, str]) -> dict[str, str]:
+    """What the JVM's command line may show (`ps` does, to every local user): the metastore's
+    URL, user and password reach the JVM in memory, through the SparkContext's conf."""
+    return {k: v for k, v in launch.items() if not k.startswith(lakehouse.SECRET_PREFIX)}
+
+
+def _reach_metastore(session: "SparkSession", launch: dict[str, str]) -> None:
+    # Hive retries a metastore it cannot reach, then names none of it; `dbt debug` and the first
+    # start (which creates the schema) would otherwise pass without touching it.
+    where = lakehouse.mask(
+        launch.get("spark.hadoop.hive.metastore.uris")
+        or launch.get(lakehouse.SECRET_PREFIX + "ConnectionURL", "")
+    )
+    try:
+        session.sql("SHOW DATABASES").collect()
+    except Exception as exc:
+        raise DbtRuntimeError(
+            f"The shared metastore at {where} did not answer: {root_cause(exc)}"
+        ) from exc
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost Java cause's own words (an unknown host, a refused connection), which
+    Hive's `Unable to instantiate SessionHiveMetaStoreClient` wraps several levels deep."""
+    throwable = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    with suppress(Exception):
+        while throwable is not None:
+            text = str(throwable.toString())
+            throwable = throwable.getCause()
+    return lakehouse.mask(text)
 
 
 @contextmanager
@@ -260,12 +296,13 @@ def log_query_errors_to(log_path: str) -> None:
         errors.propagate = False
 
 
-def root_session(creds: "FencedSparkCredentials") -> "SparkSession":
+def root_session(creds: "FencedSparkCredentials", early: bool = False) -> "SparkSession":
     global _root, _root_folder
     with _lock:
         if _root is None:
             try:
-                _root = _start(creds)
+                # The early start does not wait for a held folder: the connection's start does.
+                _root = _start(creds, 0 if early else creds.folder_wait)
             except DbtRuntimeError:
                 raise  # already says what to do
             except Exception as exc:
@@ -310,7 +347,7 @@ def start_early(creds: "FencedSparkCredentials", command: str | None) -> None:
 
     def start() -> None:
         with suppress(Exception):
-            root_session(creds)
+            root_session(creds, early=True)
 
     threading.Thread(target=start, name="fenced-spark-start", daemon=True).start()
 
