@@ -21,7 +21,7 @@ export SSL_CERT_FILE ?= $(PIP_CERT)
 endif
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
-	reliability lint format clean leg-session leg-thrift leg-next leg-connect
+	reliability twodrivers lint format clean leg-session leg-thrift leg-next leg-connect
 
 setup: $(STAMP)
 
@@ -105,6 +105,12 @@ endif
 
 leg-connect: leg-next
 	$(call pytest,$(CONNECT_TESTS) --profile connect --cluster -q -ra)
+
+# Separate `dbt run` processes, each its own Spark driver, racing on one table on a real HDFS
+# (a MiniDFSCluster) with a shared Derby metastore (tests/harness/hdfs.py starts both once and
+# stops them by PID). Not a leg of `make test`: its legs name their paths.
+twodrivers: setup
+	$(call pytest,tests/twodrivers -q -ra --durations=10)
 
 unit: setup
 	$(call pytest,tests/unit -q)

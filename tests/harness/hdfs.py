@@ -79,8 +79,9 @@ class SharedLakehouse:
         return {self.hdfs.pid, self.derby.pid}
 
     def shared_conf(self) -> dict[str, str]:
-        """The Spark confs every driver needs to share this warehouse and metastore."""
-        derbyclient = ivy.classpath(DERBY_CLIENT, self.jars_cache)
+        """The Spark confs a driver needs to share this warehouse and metastore, written by
+        hand (stock dbt-spark's server_side_parameters); fenced_spark's profile says the same
+        with `warehouse:` and `metastore:`."""
         return {
             "spark.sql.warehouse.dir": self.warehouse,
             "spark.hadoop.javax.jdo.option.ConnectionURL": self.jdbc_url,
@@ -88,10 +89,10 @@ class SharedLakehouse:
                 "org.apache.derby.jdbc.ClientDriver"
             ),
             # Not spark.jars: pyspark's ClientDriver shim (system class loader) extends
-            # derbyclient's ClientAutoloadedDriver, which only the system loader must see.
-            "spark.driver.extraClassPath": os.pathsep.join(derbyclient),
-            # One DataNode: the client's default of 3 leaves every data file under-replicated.
-            "spark.hadoop.dfs.replication": "1",
+            # derbyclient's ClientAutoloadedDriver, which the system class loader must see.
+            "spark.driver.extraClassPath": os.pathsep.join(
+                ivy.classpath(DERBY_CLIENT, self.jars_cache)
+            ),
         }
 
     def profile_target(
@@ -103,13 +104,16 @@ class SharedLakehouse:
         **extra: Any,
     ) -> dict[str, Any]:
         """The dbt profile output of one `dbt run` process (driver) called `name`; each gets its
-        own folder for its logs. `adapter="spark"` is stock dbt-spark's session with Delta set
-        up through server_side_parameters, as its users do. `conf` adds Spark confs."""
+        own folder for its logs. `adapter="spark"` is stock dbt-spark's session with Delta and
+        the lakehouse set up through server_side_parameters, as its users do. `conf` adds
+        Spark confs."""
         parameters = {
             # Two drivers plus HDFS and Derby on 2 cores and a shared machine.
             "spark.driver.memory": "1g",
             "spark.master": "local[2]",
-            **self.shared_conf(),
+            # A fact of this one-DataNode cluster, not of the profile: the client's default of
+            # 3 would leave every data file under-replicated.
+            "spark.hadoop.dfs.replication": "1",
             **(conf or {}),
         }
         if adapter == "spark":
@@ -117,7 +121,11 @@ class SharedLakehouse:
                 "type": "spark",
                 "method": "session",
                 "host": "localhost",
-                "server_side_parameters": {**self.stock_delta_conf(), **parameters},
+                "server_side_parameters": {
+                    **self.stock_delta_conf(),
+                    **self.shared_conf(),
+                    **parameters,
+                },
             }
         else:
             target = {
@@ -125,6 +133,9 @@ class SharedLakehouse:
                 "method": "session",
                 "folder": os.path.join(self.folder, "drivers", name),
                 "jars_cache": self.jars_cache,
+                "warehouse": self.warehouse,
+                # The driver class and derbyclient's jar follow from the URL.
+                "metastore": {"url": self.jdbc_url},
                 "server_side_parameters": parameters,
             }
         target.update(schema=schema, threads=1, **extra)
