@@ -73,12 +73,19 @@ def test_both_commit_on_their_own_partitions(tmp_path, shared_lakehouse, strateg
     earlier, later = sorted((mine[0] for mine in writes.values()), key=lambda e: e.version)
     assert earlier.tag["read_version"] == later.tag["read_version"] == vb, after
     # The race happened: the later run read vB before the earlier one committed, and committed
-    # over it, naming it as tolerated.
+    # over it.
     assert later.tag["read_version"] < earlier.version, (
         f"the two runs did not overlap (v{later.version} read v{later.tag['read_version']}, "
         f"after v{earlier.version} landed): this run proves nothing; run it again"
     )
-    assert later.tag.get("tolerated") == [earlier.version], later.tag
+    if later.tag.get("tolerated"):
+        # It landed before the later write began: the fence's pre-check judged it harmless.
+        assert later.tag["tolerated"] == [earlier.version], later.tag
+    else:
+        # It landed while the later write ran: Delta's own conflict check (the other driver's
+        # commit read from the log on HDFS) committed over it, as the tag allowed.
+        assert later.read_version < earlier.version, after
+        assert later.tag.get("delta_retries") or strategy == "merge", later.tag
 
     assert [(r["p"], r["id"], r["run_id"]) for r in contents] == [
         ("a", 0, "first"),
