@@ -43,10 +43,6 @@ DERBY_CLIENT = "org.apache.derby:derbyclient:10.16.1.1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _java() -> str:
-    return ivy._java()
-
-
 @dataclass
 class SharedLakehouse:
     folder: str
@@ -55,8 +51,8 @@ class SharedLakehouse:
     derby: subprocess.Popen
     namenode_port: int
     derby_port: int
-    # What the lone drivers of prepare() took, in seconds, for the suite's record.
-    startup: dict[str, float]
+    # Seconds each lone driver of sql() took, by name (start-up included): init, warm-up, ...
+    driver_seconds: dict[str, float]
 
     @property
     def hdfs_url(self) -> str:
@@ -176,10 +172,14 @@ class SharedLakehouse:
             text=True,
             timeout=timeout,
             cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, _pythonpath()]))),
+            # This checkout's adapter and harness, whatever the venv's editable install points at.
+            env=dict(
+                os.environ,
+                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+            ),
             start_new_session=True,
         )
-        self.startup[name] = round(time.monotonic() - started, 1)
+        self.driver_seconds[name] = round(time.monotonic() - started, 1)
         lines = [line for line in done.stdout.splitlines() if line.startswith("@@ ")]
         if done.returncode != 0 or not lines:
             folder = target["folder"]
@@ -197,19 +197,9 @@ class SharedLakehouse:
         self.sql(["SHOW DATABASES"], name="init")
         self.sql(["SHOW DATABASES"], name="warm-up")
 
-    def namenode_refused_renames(self) -> int:
-        """Commits the NameNode refused because another driver had just written that version
-        (HDFSLogStore's rename without overwrite, raced): the log store arbitrating."""
-        with open(self.hdfs_log, errors="replace") as log:
-            return log.read().count("rename destination")
-
     def stop(self) -> None:
         for process in (self.derby, self.hdfs):
             stop_process(process)
-
-
-def _pythonpath() -> str:
-    return os.environ.get("PYTHONPATH", "")
 
 
 def start(folder: str, jars_cache: str, timeout: float = 180) -> SharedLakehouse:
@@ -262,7 +252,7 @@ def _start_hdfs(folder: str, jars_cache: str, timeout: float) -> tuple[subproces
     log_path = os.path.join(folder, "logs", "hdfs.log")
     classpath = ivy.classpath(HADOOP, jars_cache) + ivy.classpath(SLF4J_SIMPLE, jars_cache)
     command = [
-        _java(),
+        ivy._java(),
         "-Xmx512m",
         "-XX:+UseSerialGC",
         # MiniDFSCluster keeps its name and data directories under ${test.build.data}/dfs.
@@ -293,7 +283,7 @@ def _start_derby(folder: str, jars_cache: str, timeout: float) -> tuple[subproce
     log_path = os.path.join(folder, "logs", "derby.log")
     port = free_port()
     command = [
-        _java(),
+        ivy._java(),
         "-Xmx256m",
         "-XX:+UseSerialGC",
         # The databases (metastore_db) and the server's own derby.log live here.
