@@ -16,11 +16,14 @@ import datetime
 import decimal
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from dbt.adapters.fenced_spark import ivy
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
@@ -125,16 +128,34 @@ class SharedLakehouse:
             }
         else:
             target = {
-                "type": "fenced_spark",
-                "method": "session",
+                **self.readme_target(),
                 "folder": os.path.join(self.folder, "drivers", name),
                 "jars_cache": self.jars_cache,
-                "warehouse": self.warehouse,
-                # The driver class and derbyclient's jar follow from the URL.
-                "metastore": {"url": self.jdbc_url},
                 "server_side_parameters": parameters,
             }
         target.update(schema=schema, threads=1, **extra)
+        return target
+
+    def readme_target(self) -> dict[str, Any]:
+        """The README's shared-lakehouse profile (`<!-- example: shared/profiles.yml -->`), its
+        placeholder NameNode and Derby server pointed at this lakehouse: the drivers run the
+        profile users copy."""
+        with open(os.path.join(REPO, "README.md")) as readme:
+            found = re.search(
+                r"^<!-- example: shared/profiles.yml -->\n```yaml\n(.*?)^```",
+                readme.read(),
+                re.M | re.S,
+            )
+        assert found, "README.md lost its shared/profiles.yml example"
+        text = found.group(1)
+        for placeholder in ("hdfs://namenode:8020", "jdbc:derby://metastore-host:1527/"):
+            assert placeholder in text, f"README's shared profile no longer has {placeholder}"
+        text = text.replace("hdfs://namenode:8020", self.hdfs_url).replace(
+            "jdbc:derby://metastore-host:1527/", f"jdbc:derby://127.0.0.1:{self.derby_port}/"
+        )
+        [profile] = yaml.safe_load(text).values()
+        target = dict(profile["outputs"][profile["target"]])
+        assert target["warehouse"] == self.warehouse and target["metastore"]["url"] == self.jdbc_url
         return target
 
     def stock_delta_conf(self) -> dict[str, str]:

@@ -69,9 +69,13 @@ class DbtProject:
     def target(self, name: str, adapter: str = "fenced_spark") -> str:
         """A target for one driver, `name`, on the shared lakehouse."""
         self.targets[name] = self.lakehouse.profile_target(name, self.schema, adapter)
-        profiles = {PROFILE: {"target": name, "outputs": self.targets}}
-        (self.root / "profiles.yml").write_text(yaml.safe_dump(profiles))
+        self.save()
         return name
+
+    def save(self) -> None:
+        """profiles.yml from `targets`, after a test edited one."""
+        profiles = {PROFILE: {"target": next(iter(self.targets)), "outputs": self.targets}}
+        (self.root / "profiles.yml").write_text(yaml.safe_dump(profiles))
 
     def table(self, model: str) -> str:
         return f"{self.schema}.{model}"
