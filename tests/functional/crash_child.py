@@ -6,10 +6,17 @@ named by `kill_step`, a timer sends this process SIGKILL after `kill_ms` (a nega
 the dying process because a parent reading pipes on a busy machine misses steps that last
 milliseconds (capture and verify read the log without a Spark job). `race` mode commits a
 foreign UPDATE right after the pre-check (from another session of this JVM), which sends the
-fence down its revert path.
+fence down its revert path. `gate:<step>:<file>` mode instead waits on entering `<step>` until
+`<file>` exists (a `STEP gated` line says it waits), so that another driver can commit then;
+step `prechecked` (right after the pre-check, the write not yet sent) is printed when a gate
+or the kill names it.
+
+A `folder` of `-` runs on the dbt profile's own session (a shared lakehouse: the table is in
+the shared metastore, nothing is set up here), and the kill takes the process group, this
+process and its JVM at once, as a driver dies: start it in a session of its own.
 
     python -m tests.functional.crash_child <project_dir> <folder> <table> <location>
-        <plain|race> <kill_step> <kill_ms> <dbt args as JSON>
+        <plain|race|gate:step:file> <kill_step> <kill_ms> <dbt args as JSON>
 """
 
 import json
@@ -17,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from dbt.adapters.fenced_spark import session
@@ -25,16 +33,33 @@ from dbt.adapters.fenced_spark.fence import protocol
 from dbt.adapters.fenced_spark.impl import FencedSparkAdapter, FenceSql
 from tests.functional.lakehouse import without_leading_comments
 
-KILL = {"step": "", "seconds": 0.0}
+KILL = {"step": "", "seconds": 0.0, "group": False}
+GATE = {"step": "", "file": ""}
+# A gate nobody opens (the parent died) ends the process rather than leave a driver behind.
+GATE_TIMEOUT_SECONDS = 900
+
+
+def die() -> None:
+    if KILL["group"]:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def step(name: str) -> None:
     print(f"STEP {name}", flush=True)
+    if name == GATE["step"]:
+        GATE["step"] = ""
+        print("STEP gated", flush=True)
+        deadline = time.monotonic() + GATE_TIMEOUT_SECONDS
+        while not os.path.exists(GATE["file"]):
+            if time.monotonic() > deadline:
+                die()
+            time.sleep(0.1)
     if name == KILL["step"]:
         KILL["step"] = ""
         if KILL["seconds"] < 0:  # at once: the step itself never runs
-            os.kill(os.getpid(), signal.SIGKILL)
-        timer = threading.Timer(KILL["seconds"], os.kill, (os.getpid(), signal.SIGKILL))
+            die()
+        timer = threading.Timer(KILL["seconds"], die)
         timer.daemon = True
         timer.start()
 
@@ -77,6 +102,8 @@ def instrument(race_sql: str | None) -> None:
             assert root is not None
             root.newSession().sql(race_sql)
             step("raced")
+        if "prechecked" in (GATE["step"], KILL["step"]):
+            step("prechecked")
         return checked
 
     def on_execute(self: FenceSql, sql: str) -> None:
@@ -103,20 +130,23 @@ def instrument(race_sql: str | None) -> None:
 
 def main() -> int:
     project_dir, folder, table, location, mode, kill_step, kill_ms, args = sys.argv[1:9]
-    KILL.update(step=kill_step, seconds=int(kill_ms) / 1000)
-    from tests.conftest import REPO, TEST_CONF
+    KILL.update(step=kill_step, seconds=int(kill_ms) / 1000, group=folder == "-")
+    if mode.startswith("gate:"):
+        _, GATE["step"], GATE["file"] = mode.split(":", 2)
+    if folder != "-":
+        from tests.conftest import REPO, TEST_CONF
 
-    creds = FencedSparkCredentials(
-        schema="analytics",
-        folder=folder,
-        jars_cache=f"{REPO}/.cache/ivy",
-        server_side_parameters=TEST_CONF,
-    )
-    spark = session.root_session(creds)
-    # This JVM's own catalog entry for the table the parent created at `location`.
-    schema = table.split(".")[0]
-    spark.sql(f"create schema if not exists {schema}")
-    spark.sql(f"create table if not exists {table} using delta location '{location}'")
+        creds = FencedSparkCredentials(
+            schema="analytics",
+            folder=folder,
+            jars_cache=f"{REPO}/.cache/ivy",
+            server_side_parameters=TEST_CONF,
+        )
+        spark = session.root_session(creds)
+        # This JVM's own catalog entry for the table the parent created at `location`.
+        schema = table.split(".")[0]
+        spark.sql(f"create schema if not exists {schema}")
+        spark.sql(f"create table if not exists {table} using delta location '{location}'")
     instrument(f"update {table} set status = 'cancelled' where id = 1" if mode == "race" else None)
     step("dbt")
 
