@@ -15,9 +15,11 @@ and the RESTORE that undoes it; the test runs that RESTORE, as the message says,
 after it converges. In every case B's change is in the final table and every row is there
 exactly once.
 
-Cost (measured on a loaded 2-core machine): each scenario starts 4 JVMs (A, B, the next run,
-a reader) or 6 when the next run refuses (a RESTORE, one more run); see the report in the
-module docstring of the commit that last measured it, or run `make twodrivers`.
+Cost: each scenario starts 4 driver JVMs (A, B, the next run, a reader), 6 when the next run
+refuses (a RESTORE's driver, one more run); at most 2 are alive at once (A waits while B runs).
+Measured on this 2-core machine under a load of 10-14 (other test runs): about 3.5 minutes per
+scenario where A wrote nothing or its write holds, 8-9 minutes where the next run refuses, plus
+1.5 minutes for the tables; the 7 scenarios about 45 minutes. `-k` picks a few.
 """
 
 import json
@@ -210,7 +212,8 @@ def test_kill_while_another_driver_commits(kills: DbtProject, scenario: Scenario
         code = a.process.wait(timeout=900)
     finally:
         a.kill()
-    steps = a.steps()
+    # The gate's own line is not a step: A dies in the step it entered (gated there or later).
+    steps = [s for s in a.steps() if s != "gated"]
     assert code == -signal.SIGKILL, f"A was not killed ({code}):\n{a.output[-4000:]}"
     # It died inside the step the scenario names, not before it nor after it ended.
     assert steps[-1] == scenario.kill, steps
@@ -276,7 +279,10 @@ def test_kill_while_another_driver_commits(kills: DbtProject, scenario: Scenario
         [write] = a_writes
         assert before_restore is not None, f"the next run built on a stale write:\n{entries}"
         assert f"its commit: v{write.version} " in message, message
-        assert f"it read v{write.read_version}" in message and write.read_version == 1, message
+        # A merge "read" a version; a strict write "followed" it (it had to follow vB directly).
+        read_words = ("it read", "it followed")
+        assert any(f"{w} v{write.read_version}" in message for w in read_words), message
+        assert write.read_version == b_commit.version == 1, entries
         assert f"- v{b_commit.version} {b_operation} " in message, message
         assert restore[1].endswith(f"TO VERSION AS OF {write.version - 1}"), message
         assert [e.version for e in before_restore][-1] == write.version, before_restore
@@ -299,8 +305,9 @@ def test_kill_while_another_driver_commits(kills: DbtProject, scenario: Scenario
         assert [e.version for e in mine] == [committed] == [read + 1], entries
         assert mine[0].tag["read_version"] == read, mine
     if found == HOLDS:
-        # A's commit stands under B's: the next run read above both and had nothing to add.
-        assert read == 2 and committed is None, last.output[-3000:]
+        # A's commit stands under B's: the next run read above both (its batch is in: the rows
+        # check below says it added nothing).
+        assert read == 2, last.output[-3000:]
     if found == REVERTED:
         [revert] = a_reverts
         assert revert.version == a_writes[-1].version + 1 == read, entries
