@@ -17,9 +17,9 @@ exactly once.
 
 Cost: each scenario starts 4 driver JVMs (A, B, the next run, a reader), 6 when the next run
 refuses (a RESTORE's driver, one more run); at most 2 are alive at once (A waits while B runs).
-Measured on this 2-core machine under a load of 10-14 (other test runs): about 3.5 minutes per
-scenario where A wrote nothing or its write holds, 8-9 minutes where the next run refuses, plus
-1.5 minutes for the tables; the 7 scenarios about 45 minutes. `-k` picks a few.
+Measured on this 2-core machine under a load of 7-14 (other test runs): 2-5 minutes per
+scenario where A wrote nothing or its write holds, 7-9 minutes where the next run refuses, plus
+1.5-3 minutes for the lakehouse and the tables; all 7 scenarios about 47 minutes. `-k` picks a few.
 """
 
 import json
