@@ -53,6 +53,8 @@ WRITERS = {
     " dbt-fenced-spark over Spark Connect, a Thrift client next to stock dbt-spark over a Thrift"
     " server of the same Spark build (dbt-spark has no Connect method)",
 }
+# The status of an Outcome that a scorecard did not race (grey in the picture).
+NOT_RUN = "not run"
 SCHEMAS = {"stock": "demo_stock", "fenced": "demo_fenced"}  # as in profiles.yml
 FOREIGN_TAG = "foreign writer (scorecard)"
 # Each slowed row of the write sleeps this long. The foreign commit fires once the write's job has
@@ -708,12 +710,14 @@ def picture(results: list, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(results) + 1.2))
-    colours = {"bad": "#d9534f", "failed": "#f0ad4e", "ok": "#5cb85c"}
+    colours = {"bad": "#d9534f", "failed": "#f0ad4e", "ok": "#5cb85c", "not run": "#dddddd"}
     for row, (race, timing, stock, fenced) in enumerate(results):
         for col, (outcome, verdict) in enumerate((stock, fenced)):
             kind = "bad" if verdict.bad else ("ok" if outcome.status == "success" else "failed")
             if kind == "failed" and "refused" in verdict.text:
                 kind = "ok"
+            if outcome.status == NOT_RUN:  # a cell a cheaper scorecard leaves out (twodrivers)
+                kind = "not run"
             ax.add_patch(plt.Rectangle((col, -row - 1), 1, 1, color=colours[kind], ec="white"))
             ax.text(col + 0.5, -row - 0.5, verdict.text, ha="center", va="center", fontsize=7)
         label = f"{race.name.split(' ')[0]} / {timing}"
@@ -725,7 +729,10 @@ def picture(results: list, path: str) -> None:
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
-    ax.set_title("Red: data lost or duplicated with a green run.  Green: nothing lost.", fontsize=9)
+    title = "Red: data lost or duplicated with a green run.  Green: nothing lost."
+    if any(o.status == NOT_RUN for r in results for o, _ in r[2:]):
+        title += "  Grey: not raced."
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
