@@ -21,7 +21,7 @@ export SSL_CERT_FILE ?= $(PIP_CERT)
 endif
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
-	reliability twodrivers lint format clean leg-session leg-thrift leg-next leg-connect
+	reliability twodrivers scorecard-twodrivers lint format clean leg-session leg-thrift leg-next leg-connect
 
 setup: $(STAMP)
 
@@ -111,6 +111,12 @@ leg-connect: leg-next
 # stops them by PID). Not a leg of `make test`: its legs name their paths.
 twodrivers: setup
 	$(call pytest,tests/twodrivers -q -ra --durations=10)
+
+# The race scorecard across separate drivers on HDFS (tests/twodrivers/test_race_matrix.py);
+# regenerates docs/scorecard-twodrivers.md and .png from its outcomes.
+scorecard-twodrivers: setup
+	TWODRIVERS_SCORECARD="make scorecard-twodrivers" \
+	  $(call pytest,tests/twodrivers/test_race_matrix.py -q -ra --durations=10)
 
 unit: setup
 	$(call pytest,tests/unit -q)

@@ -5,8 +5,9 @@ second model's `dbt run` commits to the same table; stock dbt-spark as the contr
 loses or duplicates rows in the in-JVM scorecard.
 
 Each foreign commit is proved from the history (race_matrix raises when it is not where the
-timing says), then the table is judged. Cost: one JVM start per cell (16 cells) plus the notebook
-driver's; about 20 min on this 2-core machine under load. With TWODRIVERS_SCORECARD set (`make
+timing says), then the table is judged. Cost: one raced `dbt build` process per adapter and timing
+(five JVM starts: its nodes are raced one after the other, each on its own table) plus the
+notebook driver's. With TWODRIVERS_SCORECARD set (`make
 scorecard-twodrivers`), docs/scorecard-twodrivers.md and .png are written from these outcomes.
 """
 
@@ -30,7 +31,7 @@ def matrix(shared_lakehouse, tmp_path_factory):
 
 @pytest.mark.parametrize(("adapter", "race", "timing"), CELLS, ids=["-".join(c) for c in CELLS])
 def test_race(matrix, adapter, race, timing):
-    cell = matrix.race(adapter, race, timing)
+    cell = matrix.cell(adapter, race, timing)
     outcome, verdict = cell.outcome, cell.verdict
     said = f"{verdict.text}\n{outcome.timeline}\n{outcome.message}"
     if (race, timing) in SECOND_MODEL_RACES:
