@@ -456,7 +456,7 @@ def write_docs(matrix: Matrix, command: str) -> list[str]:
         "",
         "## Separate drivers",
         "",
-        "| strategy | timing | adapter | other writer | seconds |",
+        "| strategy | timing | adapter | other writer | seconds of its batch |",
         "|---|---|---|---|---|",
     ]
     for c in matrix.cells:
@@ -464,11 +464,23 @@ def write_docs(matrix: Matrix, command: str) -> list[str]:
             f"| {c.race.name} | {c.timing} | {c.adapter} | {c.other_writer} | {c.seconds:.0f} |"
         )
     intro.append(
-        f"\nThe notebook driver started in {matrix.notebook.startup:.0f} s; day 1 of each"
+        "\nA batch is one adapter and timing: its day-1 set-up and one raced `dbt build` process"
+        " whose nodes are raced one after the other, each on its own table."
+        f" The notebook driver started in {matrix.notebook.startup:.0f} s; day 1 of each"
         " schema's tables ran in its JVM, untimed by any race."
     )
     docs = os.path.join(REPO, "docs")
     with open(os.path.join(docs, "scorecard-twodrivers.md"), "w") as f:
-        f.write("\n".join(intro) + "\n\n## Summary\n" + rest)
+        f.write(without_unraced_comparisons("\n".join(intro) + "\n\n## Summary\n" + rest))
     scorecard.picture(results, os.path.join(docs, "scorecard-twodrivers.png"))
     return ["docs/scorecard-twodrivers.md", "docs/scorecard-twodrivers.png"]
+
+
+def without_unraced_comparisons(text: str) -> str:
+    """A race stock dbt-spark did not run here has no final table to compare with fenced's."""
+    sections = text.split("\n## ")
+    for i, section in enumerate(sections):
+        if f"- stock dbt-spark: run {scorecard.NOT_RUN};" in section:
+            lines = section.split("\n")
+            sections[i] = "\n".join(x for x in lines if not x.startswith("- final tables:"))
+    return "\n## ".join(sections)
