@@ -109,8 +109,9 @@ leg-connect: leg-next
 # Separate `dbt run` processes, each its own Spark driver, racing on one table on a real HDFS
 # (a MiniDFSCluster) with a shared Derby metastore (tests/harness/hdfs.py starts both once and
 # stops them by PID). Not a leg of `make test`: its legs name their paths.
+TWODRIVERS_ARGS ?=
 twodrivers: setup
-	$(call pytest,tests/twodrivers -q -ra --durations=10)
+	$(call pytest,tests/twodrivers -q -ra --durations=10 $(TWODRIVERS_ARGS))
 
 # The race scorecard across separate drivers on HDFS (tests/twodrivers/test_race_matrix.py);
 # regenerates docs/scorecard-twodrivers.md and .png from its outcomes.
