@@ -46,6 +46,17 @@ DERBY_CLIENT = "org.apache.derby:derbyclient:10.16.1.1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a process this suite starts (a driver, a `dbt` run): this checkout's
+    adapter and harness first, whatever the venv's editable install points at."""
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+        DBT_SEND_ANONYMOUS_USAGE_STATS="false",
+        **extra,
+    )
+
+
 @dataclass
 class SharedLakehouse:
     folder: str
@@ -193,11 +204,7 @@ class SharedLakehouse:
             text=True,
             timeout=timeout,
             cwd=REPO,
-            # This checkout's adapter and harness, whatever the venv's editable install points at.
-            env=dict(
-                os.environ,
-                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-            ),
+            env=child_env(),
             start_new_session=True,
         )
         self.driver_seconds[name] = round(time.monotonic() - started, 1)

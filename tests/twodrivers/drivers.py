@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness.hdfs import REPO, SharedLakehouse
+from tests.harness.hdfs import SharedLakehouse, child_env
 
 PROFILE = "twodrivers"
 
@@ -107,12 +107,7 @@ class DbtRun:
             *("--log-path", str(self.folder / "logs")),
             *args,
         ]
-        env = dict(
-            os.environ,
-            # This checkout's adapter, whatever the venv's editable install points at.
-            PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-            DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-        )
+        env = child_env()
         with open(self.folder / "output.txt", "w") as out:
             self.process = subprocess.Popen(
                 command,

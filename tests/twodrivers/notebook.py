@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from tests.harness.hdfs import REPO, SharedLakehouse, _jsonable
+from tests.harness.hdfs import REPO, SharedLakehouse, _jsonable, child_env
 from tests.harness.servers import stop_process
 
 
@@ -35,11 +35,7 @@ class Notebook:
                 stderr=log,
                 text=True,
                 cwd=REPO,
-                env=dict(
-                    os.environ,
-                    PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-                    DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-                ),
+                env=child_env(),
                 start_new_session=True,
             )
         self._ask({"target": target, "foreign_tag": foreign_tag})

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness.hdfs import REPO, SharedLakehouse
+from tests.harness.hdfs import REPO, SharedLakehouse, child_env
 from tests.harness.servers import stop_process
 from tests.twodrivers.notebook import Notebook
 
@@ -347,11 +347,7 @@ def _start_child(signals: str, timing: str, args: list[str]) -> subprocess.Popen
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
-            env=dict(
-                os.environ,
-                PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-                DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-            ),
+            env=child_env(),
             start_new_session=True,
         )
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.harness.hdfs import REPO
+from tests.harness.hdfs import REPO, child_env
 from tests.twodrivers.drivers import DbtProject, DbtRun, HistoryEntry, history
 
 # A counter that reads {{ this }}: batch b adds b to id 1 once (last_batch says which batches
@@ -131,12 +131,7 @@ class KilledRun(DbtRun):
             *("-", "-", f"gate:{scenario.gate}:{self.gate_file}"),
             *(scenario.kill, str(scenario.kill_ms), json.dumps(dbt_args)),
         ]
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
-            PYTHONUNBUFFERED="1",
-            DBT_SEND_ANONYMOUS_USAGE_STATS="false",
-        )
+        env = child_env(PYTHONUNBUFFERED="1")
         with open(self.folder / "output.txt", "w") as out:
             self.process = subprocess.Popen(
                 command,

@@ -7,8 +7,9 @@ import subprocess
 import sys
 import time
 
+from tests.harness.hdfs import child_env
 from tests.harness.servers import free_port
-from tests.twodrivers.drivers import REPO, DbtProject
+from tests.twodrivers.drivers import DbtProject
 
 SECRET = "sekret-4242"
 
@@ -17,9 +18,7 @@ def dbt_debug(project: DbtProject, target: str, watch: str = "") -> tuple[int, s
     """`dbt debug` in its own process; with `watch`, the command lines of the JVMs it starts
     (those whose command line holds `watch`, its folder) while it runs."""
     dbt = os.path.join(os.path.dirname(sys.executable), "dbt")
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.getenv("PYTHONPATH")]))
-    )
+    env = child_env()
     args = ["debug", "--project-dir", str(project.root), "--profiles-dir", str(project.root)]
     process = subprocess.Popen(
         [dbt, *args, "--target", target],
