@@ -17,7 +17,7 @@ NEXT_ID = """
           unique_key=['p', 'id'],
           incremental_predicates=(["DBT_INTERNAL_DEST.p = '" ~ part ~ "'"]
                                   if strategy == 'merge' else none),
-          pre_hook="select reflect('java.lang.Thread', 'sleep',
+          pre_hook="cache table slow_step as select reflect('java.lang.Thread', 'sleep',
                                    cast({{ var('slow_ms', 0) }} as bigint))") }}
 {% if is_incremental() %}
 select max(id) + 1 as id, '{{ part }}' as p, '{{ invocation_id }}' as run_id
@@ -27,7 +27,8 @@ select * from values (0, 'a', 'first'), (0, 'b', 'first') as t(id, p, run_id)
 {% endif %}
 """
 
-# Covers the two drivers' start-up skew (see test_double_fired.py); overlap is asserted.
+# Covers the two drivers' start-up skew (see test_double_fired.py); overlap is asserted. The
+# pre-hook is a CACHE TABLE so that its sleep runs (a bare SELECT is only planned).
 SLOW_MS = 20000
 PARTS = ("a", "b")
 

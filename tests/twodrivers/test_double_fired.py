@@ -7,13 +7,14 @@ read the same watermark before either commits. Stock dbt-spark commits the batch
 green runs; fenced_spark commits it once and refuses the other run.
 """
 
+import re
 import time
 
 from tests.twodrivers.drivers import DbtProject, history
 
 WATERMARK = """
 {{ config(materialized='incremental', incremental_strategy='append',
-          pre_hook="select reflect('java.lang.Thread', 'sleep',
+          pre_hook="cache table slow_step as select reflect('java.lang.Thread', 'sleep',
                                    cast({{ var('slow_ms', 0) }} as bigint))") }}
 {% set high = -1 %}
 {% if execute and is_incremental() %}
@@ -22,9 +23,12 @@ WATERMARK = """
 select id, '{{ invocation_id }}' as run_id from range({{ high }} + 1, {{ high }} + 11)
 """
 
+# The pre-hook is a CACHE TABLE because it runs at once: a bare SELECT is only planned by a
+# session cursor that fetches nothing (stock's and ours), so its sleep never ran.
 # Long enough to cover the two drivers' start-up skew on a loaded 2-core machine (each JVM takes
 # 10-60 s to start; both start at once). Whether they overlapped is asserted, not assumed.
 SLOW_MS = 20000
+VB_WATERMARK = 9  # the first run's ids are 0-9
 IDS = "select id, run_id from {t} order by id, run_id"
 
 
@@ -51,16 +55,25 @@ def double_fire(tmp_path, lakehouse, adapter: str):
     return project, vb, runs, codes, after, [(r["id"], r["run_id"]) for r in contents]
 
 
+def watermark(run) -> int:
+    """The watermark the run's compile-time read returned, as its compiled SQL holds it."""
+    [result] = [r for r in run.results()["results"] if r["unique_id"].endswith(".events")]
+    found = re.search(r"range\((-?\d+) \+ 1,", result["compiled_code"] or "")
+    assert found, result["compiled_code"]
+    return int(found.group(1))
+
+
 def assert_overlapped(runs, commits) -> None:
-    """Both runs read their watermark (compile time, dbt's own timing) before the first
-    commit of the race landed (its Delta commit timestamp): the race happened."""
-    first_commit = min(e.timestamp for e in commits)
-    read_at = {run.name: run.timing("events", "compile")[1] for run in runs}
-    late = {name: t - first_commit for name, t in read_at.items() if t >= first_commit}
+    """Both runs read the table as vB left it: after any commit of the race the watermark is
+    19 or more, so a run that read 9 read before the first one landed. The race happened.
+    (dbt's compile timing cannot say when: a session cursor takes its snapshot when it plans
+    the read, long before the fetch that ends the compile phase.)"""
+    read = {run.name: watermark(run) for run in runs}
+    late = {name: high for name, high in read.items() if high != VB_WATERMARK}
     assert not late, (
-        f"the two runs did not overlap: {late} read their watermark seconds after the first "
-        f"commit (v{min(e.version for e in commits)}); start-up skew exceeded SLOW_MS, so this "
-        "run proves nothing; run it again or raise SLOW_MS"
+        f"the two runs did not overlap: {late} read a watermark written by the race's first "
+        f"commit (v{min(e.version for e in commits)}), not vB's {VB_WATERMARK}; start-up skew "
+        "exceeded SLOW_MS, so this run proves nothing; run it again or raise SLOW_MS"
     )
 
 
