@@ -14,6 +14,7 @@ from typing import Any
 
 from bench.lakehouse import Lakehouse, Sql, build_source, rows_label
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
+from dbt.adapters.fenced_spark.impl import FenceSql
 
 # fenced strategy -> (model, the stock dbt-spark strategy it is compared with)
 STRATEGIES = {
@@ -41,8 +42,9 @@ SERVER_STOCKS = {"thrift": "stock", "thrift, poll_interval 1": "stock_poll_1s"}
 # materialization), as dbt logs them. The staging view is `<model>__fence_<12 hex>`
 # (FencedSparkRelation.staging_view).
 _STAGING = r"\S*__fence_[0-9a-f]{12}"
+SET_RESET = "SET / RESET"
 FENCE_KINDS = [
-    (r"^(set|reset) spark\.databricks\.delta\.", "SET / RESET"),  # the commit tag, strictness
+    (r"^(set|reset) spark\.databricks\.delta\.", SET_RESET),  # the commit tag, strictness
     (rf"^create (or replace )?temporary view {_STAGING}", "staging view"),
     (rf"^describe (table )?(extended )?{_STAGING}", "staging view's columns"),  # unique_key
     (rf"^drop view (if exists )?{_STAGING}", "DROP VIEW"),
@@ -193,7 +195,7 @@ class FenceClock:
             self._add(self._running.pop(thread), float(event.data.elapsed))
 
     @contextmanager
-    def _log_read(self, count: int = 1) -> Iterator[None]:
+    def _log_read(self, count: int = 1, kind: str = LOG_READS) -> Iterator[None]:
         # Only the outermost call counts: LogTail's methods call each other.
         depth = getattr(self._local, "depth", 0)
         self._local.depth = depth + 1
@@ -203,12 +205,12 @@ class FenceClock:
         finally:
             self._local.depth = depth
             if depth == 0:
-                self._add(LOG_READS, time.perf_counter() - started, count)
+                self._add(kind, time.perf_counter() - started, count)
 
-    def _timed(self, read: Callable[..., Any]) -> Callable[..., Any]:
+    def _timed(self, read: Callable[..., Any], kind: str = LOG_READS) -> Callable[..., Any]:
         @wraps(read)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with self._log_read():
+            with self._log_read(kind=kind):
                 return read(*args, **kwargs)
 
         return timed
@@ -230,15 +232,21 @@ class FenceClock:
 
     @contextmanager
     def reading_log(self) -> Iterator[None]:
+        """Also the fence's conf settings: on the session and over Connect they go through the
+        session's conf, not dbt's query log (FenceSql.set_session_conf); over Thrift they are
+        SQL, and the statement inside is not counted twice."""
         originals = {k: getattr(LogTail, k) for k in ("latest_version", "commits_since", "recent")}
+        set_conf = FenceSql.set_session_conf
         LogTail.latest_version = self._timed(originals["latest_version"])  # type: ignore[method-assign]
         LogTail.commits_since = self._timed(originals["commits_since"])  # type: ignore[method-assign]
         LogTail.recent = self._timed_lazily(originals["recent"])  # type: ignore[method-assign]
+        FenceSql.set_session_conf = self._timed(set_conf, SET_RESET)  # type: ignore[method-assign]
         try:
             yield
         finally:
             for name, method in originals.items():
                 setattr(LogTail, name, method)
+            FenceSql.set_session_conf = set_conf  # type: ignore[method-assign]
 
 
 def model_seconds(results: dict, adapter: str) -> float:

@@ -158,6 +158,45 @@ class TestStockRunSettings(StockSparkProfile, RunSettings):
         return commit.user_metadata
 
 
+# A strict write sets maxCommitAttempts to 0 around itself. Spark's `${key}` in the post-hook
+# records what the session holds after the write.
+STRICT_AFTER_HOOK = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged',
+          pre_hook="set spark.databricks.delta.maxCommitAttempts = 7",
+          post_hook="insert into " ~ this.schema ~ ".attempts_seen select " ~ var('round', 1)
+                    ~ ", '${spark.databricks.delta.maxCommitAttempts}'") }}
+select {{ var('round', 1) }} as id
+"""
+
+
+class TestStrictWritePutsBackTheHooksConf:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"strict_after_hook.sql": STRICT_AFTER_HOOK}
+
+    def test_the_hooks_max_commit_attempts_holds_after_the_write(
+        self, project, spark, dbt_profile_target
+    ):
+        s = project.test_schema
+        spark.sql(f"create table {s}.attempts_seen (round int, attempts string) using delta")
+        run_dbt(["run", "--vars", json.dumps({"round": 1})])  # builds the table
+        thrift = dbt_profile_target["method"] == "thrift"
+        # The second run is a fenced strict write (maxCommitAttempts 0 around it).
+        _, log = run_dbt_and_capture(
+            ["run", "--vars", json.dumps({"round": 2})], expect_pass=not thrift
+        )
+        [write] = ours(history(spark, f"{s}.strict_after_hook"))
+        assert write.tag["strategy"] == "append_if_unchanged" and write.tag["read_version"] == 0
+        seen = rows(spark, f"select round, attempts from {s}.attempts_seen order by round")
+        if thrift:
+            # Only SQL reaches the session there: RESET unset the hook's 7 (docs/limits.md),
+            # and the server's `${key}` of an unset key fails the post-hook.
+            assert seen == [(1, "7")]
+            assert "INVALID_CONF_VALUE" in log and "maxCommitAttempts" in log
+        else:
+            assert seen == [(1, "7"), (2, "7")]
+
+
 class UnfilteredMicrobatch:
     @pytest.fixture(scope="class")
     def models(self):

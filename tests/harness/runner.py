@@ -37,5 +37,12 @@ class SessionRunner:
         value = self.session.conf.get(key, None)
         return None if value is None else str(value)
 
+    def set_session_conf(self, key: str, value: str | None) -> None:
+        with spark_errors():
+            if value is None:
+                self.session.conf.unset(key)
+            else:
+                self.session.conf.set(key, value)
+
     def reconnect(self) -> None:
         pass  # a bare session has nothing to open again: a test that loses it loses its runner

@@ -9,7 +9,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
+from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT, set_conf_sql
 
 _SET = re.compile(r"SET (\S+?)=`(.*)`$|SET (\S+?)=(\S+)$", re.S)
 
@@ -90,6 +90,9 @@ class FakeTable:
     def session_conf(self, key: str) -> str | None:
         self.reachable()
         return self.conf.get(key)
+
+    def set_session_conf(self, key: str, value: str | None) -> None:
+        self.execute(f"RESET {key}" if value is None else set_conf_sql(key, value))
 
     def fetch(self, sql: str) -> list[tuple[str, str]]:
         self.reachable()

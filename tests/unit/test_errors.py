@@ -179,6 +179,9 @@ class ChangedAfterWrite:
     def session_conf(self, key):
         return None
 
+    def set_session_conf(self, key, value):
+        pass
+
     def reconnect(self):
         pass  # the table stays gone on a new session too
 

@@ -191,21 +191,20 @@ class Fence:
         user = self.user_metadata()
         tag = replace(state.tag(step), user_metadata=user)
         self._sent += 1
-        self.runner.execute(set_conf_sql(USER_METADATA, tag.to_json()))
+        self.runner.set_session_conf(USER_METADATA, tag.to_json())
         if strict:
-            self.runner.execute(f"SET {MAX_COMMIT_ATTEMPTS}=0")
-        restore = f"RESET {USER_METADATA}" if user is None else set_conf_sql(USER_METADATA, user)
-        resets = [restore, *([f"RESET {MAX_COMMIT_ATTEMPTS}"] if strict else [])]
+            self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
+        resets = [(USER_METADATA, user), *([(MAX_COMMIT_ATTEMPTS, None)] if strict else [])]
         try:
             yield
         except BaseException:
             # A lost session fails the RESETs too: they must not replace what failed first.
-            for reset in resets:
+            for key, value in resets:
                 with suppress(Exception):
-                    self.runner.execute(reset)
+                    self.runner.set_session_conf(key, value)
             raise
-        for reset in resets:
-            self.runner.execute(reset)
+        for key, value in resets:
+            self.runner.set_session_conf(key, value)
 
     def user_metadata(self) -> str | None:
         value = self.runner.session_conf(USER_METADATA)
@@ -243,7 +242,7 @@ class Fence:
         finished = False
         try:
             with self.tagged(state, "write"), self.single_attempt():
-                self.runner.execute(f"RESET {LAST_COMMIT}")
+                self.runner.set_session_conf(LAST_COMMIT, None)
                 self.watching_commits = True
                 try:
                     self.runner.execute(sql)

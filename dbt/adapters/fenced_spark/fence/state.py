@@ -56,6 +56,9 @@ class SqlRunner(Protocol):
 
     def session_conf(self, key: str) -> str | None: ...
 
+    # `value` None resets the key: to what it held before the fence set it, or as SQL's RESET.
+    def set_session_conf(self, key: str, value: str | None) -> None: ...
+
     # A lost session or server: open the connection again, to read the log; nothing is re-sent.
     def reconnect(self) -> None: ...
 
