@@ -81,6 +81,13 @@ class FenceRunner(SessionRunner):
         }[self.reader]
         return Fence(self, nullcontext, log=TimedLog(self, log))
 
+    # The tag's SET and RESET go through the session's conf, as FenceSql's do on a session.
+    def set_session_conf(self, key: str, value: str | None) -> None:
+        started = time.perf_counter()
+        super().set_session_conf(key, value)
+        sql = f"RESET {key}" if value is None else f"SET {key}"
+        self.calls.append(Call("execute", sql, time.perf_counter() - started))
+
     # Verification asks the session which version its write committed (verify.session_commit).
     def session_conf(self, key: str) -> str | None:
         started = time.perf_counter()

@@ -294,7 +294,9 @@ def _pairs(r: Results) -> list[str]:
         " view that checks `unique_key` (merge); and any DESCRIBE HISTORY or DESCRIBE DETAIL. On"
         " the session the history reads (capture, pre-check, verify) go to `LogTail`"
         " (`fence/delta_log.py`), not through dbt's query log: they are timed by wrapping"
-        " `LogTail`'s methods in the benchmark's process. That measures the fence's cost"
+        " `LogTail`'s methods in the benchmark's process. So are the SETs/RESETs, which on the"
+        " session and over Connect go through the session's conf, not SQL"
+        " (`FenceSql.set_session_conf`). That measures the fence's cost"
         " directly, without two whole runs' noise around it: the ratio asks what the fence"
         " adds, and the fence's own time answers it.",
         "",
