@@ -197,6 +197,43 @@ class TestStrictWritePutsBackTheHooksConf:
             assert seen == [(1, "7"), (2, "7")]
 
 
+# The run labels its commits in on-run-start. A batch model's first run builds the table with
+# the build as the connection's first SQL: the fence's tag is set (through the session's conf)
+# after the run's statements are replayed, not before, or the replayed label would replace it.
+RUN_LABEL = {
+    "models": {"+file_format": "delta"},
+    "on-run-start": ["set spark.databricks.delta.commitInfo.userMetadata = run_label"],
+    "on-run-end": ["reset spark.databricks.delta.commitInfo.userMetadata"],
+}
+BATCHED = """
+{{ config(materialized='incremental', incremental_strategy='append',
+          fence_batch_id=var('ds')) }}
+select '{{ var('ds') }}' as ds
+"""
+
+
+class TestRunLabelUnderTheFencesTag:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"batched.sql": BATCHED}
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return RUN_LABEL
+
+    def test_the_build_and_the_write_carry_the_tag_and_keep_the_label(self, project, spark):
+        table = f"{project.test_schema}.batched"
+        for ds in ("d1", "d2", "d1"):  # build, fenced write, a re-run of the first batch
+            run_dbt(["run", "--vars", json.dumps({"ds": ds})])
+        entries = history(spark, table)
+        assert [(e.operation.startswith("CREATE"), e.tag and e.tag["batch"]) for e in entries] == [
+            (True, "d1"),
+            (False, "d2"),
+        ]
+        assert entries[-1].tag["user_metadata"] == "run_label"
+        assert rows(spark, f"select ds from {table} order by ds") == [("d1",), ("d2",)]
+
+
 class UnfilteredMicrobatch:
     @pytest.fixture(scope="class")
     def models(self):

@@ -138,6 +138,11 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         self.run_state.record(connection, sql)
         return result
 
+    def prime(self) -> None:
+        # Before a call on this thread's session that is no statement (the fence's confs): the
+        # run's hook statements first, as add_query does, or a replayed SET would undo ours.
+        self.run_state.prime(self.get_thread_connection(), self._replay)
+
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
         # dbt-spark re-raises every error as a new DbtRuntimeError, whose text nests one more

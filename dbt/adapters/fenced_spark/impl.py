@@ -129,7 +129,10 @@ class FenceSql:
 
     def _session(self) -> Any:
         handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
-        return handle.spark if isinstance(handle, SessionHandle) else None
+        if not isinstance(handle, SessionHandle):
+            return None
+        self.connections.prime()
+        return handle.spark
 
     def session_conf(self, key: str) -> str | None:
         # SQL's `SET key` redacts values that look secret (a label with "url" in it): the
@@ -155,16 +158,22 @@ class FenceSql:
         # A reset puts back what the key held before the fence set it (a cluster default, a
         # hook's SET), as SQL's RESET would put back the cluster default.
         held = (id(spark), key)
-        with spark_errors():
-            if value is not None:
-                self._before.setdefault(held, spark.conf.get(key, None))
-                spark.conf.set(key, value)
-                return
-            before = self._before.pop(held, None)
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)
+        try:
+            with spark_errors():
+                if value is not None:
+                    self._before.setdefault(held, spark.conf.get(key, None))
+                    spark.conf.set(key, value)
+                    return
+                before = self._before.pop(held, None)
+                if before is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, before)
+        except DbtRuntimeError:
+            raise
+        except Exception as exc:
+            # A closed Connect channel, a dead JVM: a failed statement, as over SQL.
+            raise DbtRuntimeError(f"{shown} failed: {exc}") from exc
 
     def reconnect(self) -> None:
         # The embedded session lives as long as the process; a Connect session or a Thrift
@@ -173,6 +182,7 @@ class FenceSql:
         handle = getattr(connection.handle, "handle", None)
         if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
             return
+        self._before.clear()  # what it held belonged to the old session
         with suppress(Exception):  # the old one is gone; closing it is best effort
             connection.handle.close()
         connection.state = ConnectionState.INIT
