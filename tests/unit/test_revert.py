@@ -11,7 +11,7 @@ from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, Fence, FenceState
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
+from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT, MAX_COMMIT_ATTEMPTS
 from tests.unit.delta_fake import FakeTable
 
 TABLE = "`a`.`t`"
@@ -461,3 +461,18 @@ def test_after_our_own_step_the_write_is_read_from_the_log_to_name_the_step():
     result = fence(table).write(s, "merge into t")
     assert [c.version for c in result.steps] == [1] and result.commit_version == 2
     assert len(table.reads) == 2  # pre-check and verification
+
+
+def test_a_failed_tag_reset_still_resets_the_strict_write_s_max_commit_attempts():
+    # The embedded session is never reopened: a conf left behind stays for its later models.
+    class TagResetFails(FakeTable):
+        def execute(self, sql: str) -> None:
+            if sql.startswith(f"RESET {USER_METADATA}"):
+                raise DbtRuntimeError("RESET failed")
+            super().execute(sql)
+
+    table = TagResetFails()
+    tagged = fence(table).tagged(state(), "pre_hook", strict=True)
+    with pytest.raises(DbtRuntimeError, match="RESET failed"), tagged:
+        table.execute("delete from t")
+    assert MAX_COMMIT_ATTEMPTS not in table.conf

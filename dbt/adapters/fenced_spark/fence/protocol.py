@@ -203,8 +203,16 @@ class Fence:
                 with suppress(Exception):
                     self.runner.set_session_conf(key, value)
             raise
+        # Every reset is tried: one failing must not leave maxCommitAttempts at 0 on a session
+        # that lives on (the embedded one is never reopened). The first failure is raised.
+        failed: Exception | None = None
         for key, value in resets:
-            self.runner.set_session_conf(key, value)
+            try:
+                self.runner.set_session_conf(key, value)
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def user_metadata(self) -> str | None:
         value = self.runner.session_conf(USER_METADATA)
