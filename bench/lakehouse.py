@@ -21,7 +21,7 @@ from dbt.adapters.fenced_spark.fence.history import (
     HistoryReader,
     SqlHistory,
 )
-from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, set_conf_sql
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from tests.harness.runner import SessionRunner
 
@@ -85,8 +85,7 @@ class FenceRunner(SessionRunner):
     def set_session_conf(self, key: str, value: str | None) -> None:
         started = time.perf_counter()
         super().set_session_conf(key, value)
-        sql = f"RESET {key}" if value is None else f"SET {key}"
-        self.calls.append(Call("execute", sql, time.perf_counter() - started))
+        self.calls.append(Call("execute", set_conf_sql(key, value), time.perf_counter() - started))
 
     # Verification asks the session which version its write committed (verify.session_commit).
     def session_conf(self, key: str) -> str | None:

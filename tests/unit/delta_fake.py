@@ -92,7 +92,7 @@ class FakeTable:
         return self.conf.get(key)
 
     def set_session_conf(self, key: str, value: str | None) -> None:
-        self.execute(f"RESET {key}" if value is None else set_conf_sql(key, value))
+        self.execute(set_conf_sql(key, value))
 
     def fetch(self, sql: str) -> list[tuple[str, str]]:
         self.reachable()

@@ -151,9 +151,9 @@ class FenceSql:
         # connection has only SQL, and its RESET. dbt.log shows both.
         spark = self._session()
         if spark is None:
-            self.execute(f"RESET {key}" if value is None else set_conf_sql(key, value))
+            self.execute(set_conf_sql(key, value))
             return
-        shown = f"RESET {key}" if value is None else f"SET {key}={value}"
+        shown = set_conf_sql(key, value)
         logger.debug(f"fenced_spark: {shown} (through the session's conf)")
         # A reset puts back what the key held before the fence set it (a cluster default, a
         # hook's SET), as SQL's RESET would put back the cluster default.

@@ -199,20 +199,22 @@ class Fence:
             yield
         except BaseException:
             # A lost session fails the RESETs too: they must not replace what failed first.
-            for key, value in resets:
-                with suppress(Exception):
-                    self.runner.set_session_conf(key, value)
+            self._reset(resets)
             raise
-        # Every reset is tried: one failing must not leave maxCommitAttempts at 0 on a session
-        # that lives on (the embedded one is never reopened). The first failure is raised.
+        failed = self._reset(resets)
+        if failed is not None:
+            raise failed
+
+    def _reset(self, resets: list[tuple[str, str | None]]) -> Exception | None:
+        """Every reset is tried: one failing must not leave maxCommitAttempts at 0 on a session
+        that lives on (the embedded one is never reopened). The first failure, if any."""
         failed: Exception | None = None
         for key, value in resets:
             try:
                 self.runner.set_session_conf(key, value)
             except Exception as exc:
                 failed = failed or exc
-        if failed is not None:
-            raise failed
+        return failed
 
     def user_metadata(self) -> str | None:
         value = self.runner.session_conf(USER_METADATA)

@@ -37,8 +37,10 @@ def conflict_name(error: BaseException) -> str | None:
     return match.group(0) if match else None
 
 
-def set_conf_sql(key: str, value: str) -> str:
-    # Backquotes let the value hold `;` and `=`; a backquote inside is doubled.
+def set_conf_sql(key: str, value: str | None) -> str:
+    # None resets the key. Backquotes let the value hold `;` and `=`; one inside is doubled.
+    if value is None:
+        return f"RESET {key}"
     quoted = value.replace("`", "``")
     return f"SET {key}=`{quoted}`"
 
