@@ -21,6 +21,7 @@ from bench.pairs import (
     LOG_READS,
     RESAMPLES,
     SERVER_METHODS,
+    TARGET_DESCRIBE,
     Pair,
     Series,
     median_interval,
@@ -462,7 +463,8 @@ def _pairs_reading(r: Results) -> str:
 def _fence_parts(r: Results) -> list[str]:
     series = [s for s in r.pairs if s.fence_measured]
     found = {k for s in series for p in s.pairs for k in p.fence_parts}
-    kinds = [k for k in (LOG_READS, *(kind for _, kind in FENCE_KINDS)) if k in found]
+    every = (LOG_READS, *(kind for _, kind in FENCE_KINDS), TARGET_DESCRIBE)
+    kinds = [k for k in every if k in found]
     out = [
         "The fence's own time by kind: median ms per fenced run (statements or history reads per"
         " run). *stock's temp view*, not part of the fence's own time: the temporary view stock"

@@ -7,7 +7,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
-from tests.conftest import profile_target
+from tests.conftest import SERVERS, profile_target
 from tests.functional.lakehouse import (
     ForeignAroundWrite,
     ForeignWriter,
@@ -74,6 +74,114 @@ class TestFencedSchemaChange:
             (1, "v", "new"),
             (2, "v", "new"),
         ]
+
+
+APPENDING = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged',
+          on_schema_change='append_new_columns') }}
+select id + {{ var('round', 0) }} * 10 as id, 'v' as val
+  {% if var('grow', false) %}, 'new' as extra {% endif %}
+from range(1, 3)
+"""
+
+
+# Its pre-hook changes no column of its table, but it may have: so says its first word.
+HOOKED = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged',
+          pre_hook="create table if not exists {{ target.schema }}.side (id int) using delta") }}
+select 1 as id
+"""
+
+
+def statements(args):
+    """The statements a dbt run sent, as its query log shows them (dbt's comment cut off)."""
+    sent = []
+
+    def collect(event):
+        if event.info.name == "SQLQuery":
+            sent.append(" ".join(event.data.sql.split("*/", 1)[-1].split()).lower())
+
+    run_dbt(args, callbacks=[collect])
+    return sent
+
+
+def of_target(sent):
+    """The DESCRIBEs of a model's table (not of its staging view)."""
+    return [s for s in sent if s.startswith("describe extended") and "__fence_" not in s]
+
+
+class TestTheTargetIsDescribedOncePerWrite:
+    """dbt-spark describes the target for its column lists; over Thrift and Connect the
+    DESCRIBE the fence sends to find the table's Delta log answers it, until a statement of the
+    node may have changed the table."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"appending.sql": APPENDING, "hooked.sql": HOOKED}
+
+    def test_one_describe_and_a_fresh_one_after_a_schema_change(
+        self, project, spark, dbt_profile_name
+    ):
+        table = f"{project.test_schema}.appending"
+        run_dbt(["run", "--select", "appending"])
+        sent = statements(["run", "--select", "appending", "--vars", json.dumps({"round": 1})])
+        # dbt-spark asks twice (the schema check, the INSERT's column list); over SQL the
+        # fence's DESCRIBE answers both, and the catalog is asked nothing else.
+        assert len(of_target(sent)) == (1 if dbt_profile_name in SERVERS else 2), sent
+        assert not [s for s in sent if s.startswith("show table extended") and "'*'" not in s]
+        grow = {"round": 2, "grow": True}
+        sent = statements(["run", "--select", "appending", "--vars", json.dumps(grow)])
+        # The INSERT's column list comes from a DESCRIBE sent after the ALTER.
+        alter = next(i for i, s in enumerate(sent) if s.startswith("alter table"))
+        insert = next(i for i, s in enumerate(sent) if s.startswith("insert into"))
+        assert of_target(sent[alter:insert]), "\n".join(sent)
+        assert "`extra` from" in sent[insert]
+        assert rows(spark, f"select id, val, extra from {table} order by id") == [
+            (1, "v", None),
+            (2, "v", None),
+            (11, "v", None),
+            (12, "v", None),
+            (21, "v", "new"),
+            (22, "v", "new"),
+        ]
+
+    def test_a_statement_that_may_change_a_table_makes_dbt_spark_describe_again(
+        self, project, dbt_profile_name
+    ):
+        run_dbt(["run", "--select", "hooked"])
+        sent = statements(["run", "--select", "hooked"])
+        hook = next(i for i, s in enumerate(sent) if s.startswith("create table if not exists"))
+        assert len(of_target(sent[hook:])) == 1, "\n".join(sent)
+        assert len(of_target(sent[:hook])) == (1 if dbt_profile_name in SERVERS else 0)
+
+
+# A MERGE that changes nothing makes no commit. Its pre-hook commits to another table first.
+QUIET = """
+{{ config(materialized='incremental', incremental_strategy='insert', unique_key='id',
+          pre_hook="insert into {{ target.schema }}.side values (1)") }}
+select 1 as id
+"""
+
+
+class TestDeltasRecordOfAnEarlierCommitInTheSession:
+    """The fence leaves Delta's record of the session's last commit unset before its write only
+    where nothing in the session could have set it: here a pre-hook did, on another table,
+    at the version right above vB, where an unchanged write makes no commit of its own."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"quiet.sql": QUIET}
+
+    def test_an_unchanged_write_after_a_hook_s_commit_is_no_change(self, project, spark):
+        table, side = f"{project.test_schema}.quiet", f"{project.test_schema}.side"
+        spark.sql(f"create table {side} (id int) using delta")
+        run_dbt(["run"])
+        spark.sql(f"insert into {table} values (2)")
+        vb = history(spark, table)[-1].version
+        response = run_dbt(["run"]).results[0].adapter_response
+        assert history(spark, side)[-1].version == vb + 1  # the hook's commit, right above vB
+        assert history(spark, table)[-1].version == vb
+        assert response["fence_outcome"] == "no_change" and "commit_version" not in response
 
 
 SHRINKING = """

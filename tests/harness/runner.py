@@ -29,6 +29,9 @@ class SessionRunner:
     def any_row(self, sql: str) -> bool:
         return bool(self.fetch(sql))
 
+    def describe(self, table: str) -> list[Sequence[Any]]:
+        return self.fetch(f"describe extended {table}")
+
     def location(self, table: str) -> str:
         with spark_errors():
             return str(self.session.sql(f"DESCRIBE DETAIL {table}").collect()[0]["location"])

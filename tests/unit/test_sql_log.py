@@ -27,7 +27,8 @@ class FakeServer:
             self.files[commit_file(v)] = json.dumps(info) + '\n{"add": {"path": "f"}}'
         self.files["_last_checkpoint"] = json.dumps({"version": max(versions - 3, 0)})
         self.provider = provider
-        self.comment = ""
+        # DESCRIBE EXTENDED's column lines: a column may be named like a line of the table's.
+        self.columns = [("id", "bigint", None)]
         self.statements: list[str] = []
         self.history_reads = 0
         self.fails: str | None = None
@@ -42,9 +43,6 @@ class FakeServer:
         self.statements.append(sql)
         if self.fails:
             raise RuntimeError(self.fails)
-        if sql.startswith("SHOW TABLE EXTENDED"):
-            info = f"Comment: {self.comment}\nProvider: {self.provider}\nLocation: {LOG[:-11]}\n"
-            return [("analytics", "orders", False, info)]
         match = re.search(r"FROM (binaryFile|text)\.`(.*)\{(.*)\}`$", sql)
         assert match and match.group(2) == LOG, sql
         if sql.startswith("EXPLAIN SELECT path FROM binaryFile"):
@@ -70,6 +68,20 @@ class FakeServer:
             raise RuntimeError("[PATH_NOT_FOUND] Path does not exist: file:/w/orders")
         return rows
 
+    def describe(self, table: str) -> list:
+        self.statements.append(f"describe extended {table}")
+        if self.fails:
+            raise RuntimeError(self.fails)
+        return [
+            *self.columns,
+            ("", "", ""),
+            ("# Detailed Table Information", "", ""),
+            ("Name", f"spark_catalog.{table}", ""),
+            ("Location", LOG[:-11], ""),
+            ("Provider", self.provider, ""),
+            ("Table Properties", "[delta.minReaderVersion=1]", ""),
+        ]
+
     def _matching(self, alternative: str) -> list[str]:
         return [n for n in self.files if fnmatch.fnmatch(n, alternative.removeprefix("/"))]
 
@@ -87,7 +99,7 @@ class FakeServer:
         return sum(s.startswith("EXPLAIN") for s in self.statements)
 
     def lookups(self) -> int:
-        return sum(s.startswith("SHOW TABLE EXTENDED") for s in self.statements)
+        return sum(s.startswith("describe extended") for s in self.statements)
 
 
 TABLE = "`analytics`.`orders`"
@@ -231,17 +243,21 @@ def test_what_it_cannot_follow_goes_to_describe_history(server):
     assert server.history_reads == 1
 
 
-def test_a_location_line_in_the_table_comment_is_never_taken_for_the_table():
+def test_a_column_named_like_a_line_of_the_table_s_is_never_taken_for_it():
     server = FakeServer(5)
-    server.comment = "see\nLocation: file:/w/other"
-    SqlLog(server).latest_version(TABLE)
-    assert server.history_reads == 1 and server.reads() == 0
+    server.columns += [
+        ("# Detailed Table Information", "string", None),
+        ("Location", "string", "file:/w/other"),
+    ]
+    assert SqlLog(server).latest_version(TABLE) == 4
+    assert server.history_reads == 0 and "SELECT path" in server.statements[1]
+    assert LOG in server.statements[1]
 
 
-def test_a_name_the_show_tables_pattern_would_misread_goes_to_describe_history():
+def test_a_name_with_pattern_characters_is_described_like_any_other():
     server = FakeServer(5)
-    SqlLog(server).latest_version("`analytics`.`ord*ers`")
-    assert server.history_reads == 1 and not server.statements
+    assert SqlLog(server).latest_version("`analytics`.`ord*ers`") == 4
+    assert server.history_reads == 0 and server.lookups() == 1
 
 
 def test_actions_are_read_line_by_line():

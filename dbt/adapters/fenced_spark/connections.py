@@ -1,3 +1,4 @@
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,9 +15,15 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, session
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
-from dbt.adapters.fenced_spark.run_state import RunState
+from dbt.adapters.fenced_spark.run_state import RunState, without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
+
+# Statements that change no table (nor do the session's, run_state.py): what a DESCRIBE of a
+# table said before them still holds.
+_NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RESET", "USE"}
+# Set on a connection's handle, which lives exactly as long as its session.
+_MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
 
 
 class SessionCursor(Cursor):
@@ -128,15 +135,33 @@ class FencedSparkConnectionManager(SparkConnectionManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run_state = RunState()
+        self._changes = threading.local()
 
     def add_query(self, sql: str, *args: Any, **kwargs: Any) -> tuple[Connection, Any]:
         # Each connection has its own session: what the run's hooks set is replayed into it
         # first (run_state.py), and a hook's own session statement is recorded for the others.
         connection = self.get_thread_connection()
         self.run_state.prime(connection, self._replay)
+        verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
+        if verb not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql):
+            self.may_have_changed_tables()
         result = super().add_query(sql, *args, **kwargs)
         self.run_state.record(connection, sql)
         return result
+
+    def table_changes(self) -> int:
+        """How many statements (or Python model runs) on this thread could have changed a
+        table: a table's columns read when it was N are still its columns while it is N."""
+        return int(getattr(self._changes, "count", 0))
+
+    def may_have_changed_tables(self) -> None:
+        self._changes.count = self.table_changes() + 1
+        setattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, True)
+
+    def session_may_have_committed(self) -> bool:
+        """Whether this connection's session has run anything that could commit to a table
+        (each connection has its own, run_state.py); a new one has not."""
+        return bool(getattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, False))
 
     def prime(self) -> None:
         # Before a call on this thread's session that is no statement (the fence's confs): the

@@ -53,6 +53,7 @@ from dbt.adapters.fenced_spark.fence.node import (
     names_a_path,
 )
 from dbt.adapters.fenced_spark.fence.protocol import (
+    LAST_COMMIT,
     LOOKBACK,
     SNAPSHOT,
     Fence,
@@ -110,9 +111,14 @@ class FencedAdapterResponse(AdapterResponse):
 class FenceSql:
     """The fence's SQL runner: its statements and history reads on the model's connection."""
 
-    def __init__(self, connections: FencedSparkConnectionManager) -> None:
+    def __init__(
+        self,
+        connections: FencedSparkConnectionManager,
+        described: dict[str, tuple[int, Any]] | None = None,
+    ) -> None:
         self.connections = connections
         self._before: dict[tuple[int, str], str | None] = {}
+        self.described = described
 
     def execute(self, sql: str) -> None:
         self.connections.add_query(sql, auto_begin=False)
@@ -126,6 +132,15 @@ class FenceSql:
 
     def any_row(self, sql: str) -> bool:
         return bool(self.fetch(sql))
+
+    def describe(self, table: str) -> list[Sequence[Any]]:
+        # dbt-spark's own statement for a table's columns: kept for the node (`described`),
+        # it answers dbt-spark's DESCRIBE of the target later in the node (impl.py).
+        changes = self.connections.table_changes()
+        _, rows = self.connections.execute(f"describe extended {table}", fetch=True)
+        if self.described is not None:
+            self.described[table] = (changes, rows)
+        return [tuple(row) for row in rows]
 
     def _session(self) -> Any:
         handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
@@ -149,6 +164,15 @@ class FenceSql:
         # The session's conf API where there is a session: over Connect one config call takes
         # under a millisecond where SQL's SET takes 20-30 ms (docs/benchmarks.md). A Thrift
         # connection has only SQL, and its RESET. dbt.log shows both.
+        if (
+            key == LAST_COMMIT
+            and value is None
+            and not self.connections.session_may_have_committed()
+        ):
+            # Delta sets it when this session commits, and nothing in it could have yet: a
+            # statement over Thrift saved.
+            logger.debug(f"fenced_spark: {key} is unset: nothing in this session committed")
+            return
         spark = self._session()
         if spark is None:
             self.execute(set_conf_sql(key, value))
@@ -387,7 +411,28 @@ class FencedSparkAdapter(SparkAdapter):
 
     def get_columns_in_relation(self, relation: Any) -> list[SparkColumn]:
         # dbt-spark builds its own SparkColumn, whose `quoted` breaks on a name with a backquote.
-        return [FencedSparkColumn.of(c) for c in super().get_columns_in_relation(relation)]
+        columns = self._described(relation)
+        if columns is None:
+            columns = super().get_columns_in_relation(relation)
+        return [FencedSparkColumn.of(c) for c in columns]
+
+    def _described(self, relation: Any) -> list[SparkColumn] | None:
+        """The node's target's columns from the DESCRIBE the fence sent to find its Delta log
+        (over SQL), while no statement on this thread since could have changed a table: the
+        same statement dbt-spark would send again, a round trip per write saved."""
+        txn = self._txn()
+        if txn is None or txn.phase == Phase.DONE:
+            return None
+        if (str(relation.schema).lower(), str(relation.identifier).lower()) != (
+            txn.schema.lower(),
+            txn.identifier.lower(),
+        ):
+            return None
+        described = txn.described.get(txn.table)
+        if described is None or described[0] != self.connections.table_changes():
+            return None
+        logger.debug(f"fenced_spark: columns of {txn.display} from the fence's DESCRIBE")
+        return self.parse_describe_extended(relation, described[1])
 
     def parse_describe_extended(self, relation: Any, raw_rows: Any) -> list[SparkColumn]:
         # dbt's catalog numbers columns from 1; dbt-spark from 0.
@@ -413,8 +458,8 @@ class FencedSparkAdapter(SparkAdapter):
             logger.info(f"Delta's jars: {session.jars_summary(handle.spark)}")
 
     def _fence(self) -> Fence:
-        runner = FenceSql(self.connections)
         txn = self._txn()
+        runner = FenceSql(self.connections, txn.described if txn is not None else None)
         log = runner.log(txn.logs if txn is not None else None)
         return Fence(runner, self.connections.single_attempt, log=log)
 
@@ -776,6 +821,8 @@ class FencedSparkAdapter(SparkAdapter):
     def _python_session(self, model: str) -> Any:
         """The node's own SparkSession, where its Python runs."""
         self._check_python_method(model)
+        # Its DataFrame calls are statements no add_query sees: they may change any table.
+        self.connections.may_have_changed_tables()
         return self.connections.get_thread_connection().handle.handle.spark
 
     @available.parse_none
@@ -910,8 +957,12 @@ class FencedSparkAdapter(SparkAdapter):
         return list(verify.own_steps(fence, state, commits))
 
     def _drop_staging(self, staging: FencedSparkRelation) -> None:
-        # Temp views live as long as the connection; this one must not outlive the run.
-        FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+        # Temp views live as long as their session. dbt closes a node's connection when the
+        # node ends, and with it a Thrift or Connect session on the server; the embedded JVM's
+        # sessions live on, so there the view is dropped.
+        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
+            FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
 
     def _scoped(
         self,

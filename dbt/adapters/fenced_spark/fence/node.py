@@ -8,6 +8,7 @@ change is a strict step of ours, a post-hook write is tagged for the audit trail
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import FenceState
@@ -54,6 +55,10 @@ class NodeTransaction:
     # Over SQL, where the fence's reads found the table's Delta log (fence/sql_log.py): a
     # pre-check reuses it instead of asking the catalog again.
     logs: dict[str, str | None] = field(default_factory=dict)
+    # Over SQL, the catalog's DESCRIBE of the table those reads sent, by table, with the
+    # thread's count of statements that could change a table when it was read: while that
+    # count stands, it answers dbt-spark's DESCRIBE of the target (impl.py).
+    described: dict[str, tuple[int, Any]] = field(default_factory=dict)
     # The session's current schema, for SQL that names the table bare (after a hook's `USE`);
     # looked up only for such SQL (`names_bare`), since it costs a statement.
     current_schema: str | None = None

@@ -37,8 +37,8 @@ PROBES = 32
 # only \n ends a line (Delta escapes no U+2028 in its JSON). No backslash: the literal reads the
 # same whether or not the session sets spark.sql.parser.escapedStringLiterals.
 _COMMIT_INFO = '(?md)^([{]"commitInfo"[ \t]*:.*)$'
-_LOCATION = re.compile(r"^Location: (.+)$", re.M)
-_PROVIDER = re.compile(r"^Provider: (.+)$", re.M)
+# DESCRIBE EXTENDED's header above the table's own lines (Provider, Location).
+_DETAILS = "# Detailed Table Information"
 # EXPLAIN's file scan: how many of the paths it was given exist (Spark lists them, reads none).
 _PATHS = re.compile(r"InMemoryFileIndex\((\d+) paths?\)")
 # What Spark says when no file of a read exists.
@@ -84,26 +84,22 @@ class SqlLog:
         parts = name_parts(table)
         if not parts or len(parts) > 3 or (len(parts) == 3 and parts[0] != "spark_catalog"):
             return None
-        name = parts[-1]
-        if re.search(r"[*|'\\`]", "".join(parts)):
-            return None  # SHOW TABLES' pattern would read these as wildcards or quotes
         try:
-            if len(parts) == 1:
-                schema = str(self.source.fetch("SELECT current_database()")[0][0])
-            else:
-                schema = parts[-2]
-            rows = self.source.fetch(f"SHOW TABLE EXTENDED IN `{schema}` LIKE '{name}'")
+            rows = self.source.describe(table)
         except Exception:
             return None  # DESCRIBE HISTORY raises Spark's own error, if there is one
-        infos = [str(r[-1]) for r in rows if str(r[1]).lower() == name.lower()]
-        if len(infos) != 1:
+        # The table's own lines follow the last such header: a column may be named like one.
+        heads = [i for i, row in enumerate(rows) if str(row[0]).strip() == _DETAILS]
+        if not heads:
             return None
-        providers, locations = _PROVIDER.findall(infos[0]), _LOCATION.findall(infos[0])
-        # A table comment may hold such lines too: only an entry with one of each is read.
-        if len(providers) != 1 or len(locations) != 1 or providers[0].strip().lower() != "delta":
+        details: dict[str, list[str]] = {}
+        for row in rows[heads[-1] + 1 :]:
+            details.setdefault(str(row[0]).strip(), []).append(str(row[1] or "").strip())
+        providers, locations = details.get("Provider", []), details.get("Location", [])
+        if len(providers) != 1 or len(locations) != 1 or providers[0].lower() != "delta":
             return None
-        # The catalog prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
-        return glob_literal(locations[0].strip().rstrip("/")) + "/_delta_log"
+        # Spark prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
+        return glob_literal(locations[0].rstrip("/")) + "/_delta_log"
 
     @staticmethod
     def _paths(log: str, versions: Sequence[int], extra: str = "") -> str:
