@@ -242,17 +242,17 @@ class FenceClock:
         session's conf, not dbt's query log (FenceSql.set_session_conf); over Thrift they are
         SQL, and the statement inside is not counted twice."""
         originals = {k: getattr(LogTail, k) for k in ("latest_version", "commits_since", "recent")}
-        set_conf = FenceSql.set_session_conf
+        set_conf = FenceSql.send_conf  # what set_session_conf sends, when it sends anything
         LogTail.latest_version = self._timed(originals["latest_version"])  # type: ignore[method-assign]
         LogTail.commits_since = self._timed(originals["commits_since"])  # type: ignore[method-assign]
         LogTail.recent = self._timed_lazily(originals["recent"])  # type: ignore[method-assign]
-        FenceSql.set_session_conf = self._timed(set_conf, SET_RESET)  # type: ignore[method-assign]
+        FenceSql.send_conf = self._timed(set_conf, SET_RESET)  # type: ignore[method-assign]
         try:
             yield
         finally:
             for name, method in originals.items():
                 setattr(LogTail, name, method)
-            FenceSql.set_session_conf = set_conf  # type: ignore[method-assign]
+            FenceSql.send_conf = set_conf  # type: ignore[method-assign]
 
 
 def model_seconds(results: dict, adapter: str) -> float:

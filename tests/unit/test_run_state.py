@@ -61,6 +61,18 @@ def test_everything_else_is_not(sql):
     assert not RunState().session_statement(sql)
 
 
+def test_a_drop_of_a_table_in_a_schema_named_like_a_temp_view_is_not():
+    run = RunState()
+    run.record(connection("master"), "create temp view s as select 1")
+    assert run.session_statement("drop view s")
+    for sql in ("drop table s.t", "DROP TABLE IF EXISTS s . t", "drop table sv.t", "drop view sv"):
+        assert not run.session_statement(sql)
+
+
+def test_a_line_comment_ends_at_a_carriage_return_as_in_spark():
+    assert not RunState().session_statement("-- set a=1\rinsert into t values (1)\nset a=1")
+
+
 def connection(name):
     return SimpleNamespace(name=name, handle=SimpleNamespace())
 

@@ -1,3 +1,4 @@
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,9 +20,11 @@ from dbt.adapters.fenced_spark.run_state import RunState, without_leading_commen
 
 logger = AdapterLogger("FencedSpark")
 
-# Statements that change no table (nor do the session's, run_state.py): what a DESCRIBE of a
-# table said before them still holds.
-_NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RESET", "USE"}
+# Statements that change no table (nor do the session's, run_state.py, but USE and SET
+# CATALOG, after which a name may mean another table): what a DESCRIBE of a table said before
+# them still holds.
+_NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RESET"}
+_NAMES_ANOTHER = re.compile(r"(USE|SET\s+CATALOG)\b", re.I)
 # Set on a connection's handle, which lives exactly as long as its session.
 _MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
 
@@ -142,8 +145,11 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         # first (run_state.py), and a hook's own session statement is recorded for the others.
         connection = self.get_thread_connection()
         self.run_state.prime(connection, self._replay)
-        verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
-        if verb not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql):
+        body = without_leading_comments(sql)
+        verb = (body.split(None, 1) or [""])[0].upper()
+        if _NAMES_ANOTHER.match(body) or (
+            verb not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql)
+        ):
             self.may_have_changed_tables()
         result = super().add_query(sql, *args, **kwargs)
         self.run_state.record(connection, sql)
@@ -159,9 +165,13 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         setattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, True)
 
     def session_may_have_committed(self) -> bool:
-        """Whether this connection's session has run anything that could commit to a table
-        (each connection has its own, run_state.py); a new one has not."""
-        return bool(getattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, False))
+        """Whether this connection's session has run anything that could commit to a table.
+        Known only over Thrift, whose every connection opens a session of its own on the
+        server; any other handle (an ODBC driver may pool sessions) may have."""
+        handle = self.get_thread_connection().handle
+        if not isinstance(handle, BackoffPyhiveConnectionWrapper):
+            return True
+        return bool(getattr(handle, _MAY_HAVE_COMMITTED, False))
 
     def prime(self) -> None:
         # Before a call on this thread's session that is no statement (the fence's confs): the

@@ -161,9 +161,6 @@ class FenceSql:
         return None if value in (None, "<undefined>") else str(value)
 
     def set_session_conf(self, key: str, value: str | None) -> None:
-        # The session's conf API where there is a session: over Connect one config call takes
-        # under a millisecond where SQL's SET takes 20-30 ms (docs/benchmarks.md). A Thrift
-        # connection has only SQL, and its RESET. dbt.log shows both.
         if (
             key == LAST_COMMIT
             and value is None
@@ -173,6 +170,12 @@ class FenceSql:
             # statement over Thrift saved.
             logger.debug(f"fenced_spark: {key} is unset: nothing in this session committed")
             return
+        self.send_conf(key, value)
+
+    def send_conf(self, key: str, value: str | None) -> None:
+        # The session's conf API where there is a session: over Connect one config call takes
+        # under a millisecond where SQL's SET takes 20-30 ms (docs/benchmarks.md). A Thrift
+        # connection has only SQL, and its RESET. dbt.log shows both.
         spark = self._session()
         if spark is None:
             self.execute(set_conf_sql(key, value))
@@ -421,8 +424,11 @@ class FencedSparkAdapter(SparkAdapter):
         (over SQL), while no statement on this thread since could have changed a table: the
         same statement dbt-spark would send again, a round trip per write saved."""
         txn = self._txn()
-        if txn is None or txn.phase == Phase.DONE:
+        # Up to the write only: after it nothing fences a foreign ALTER from a post-hook's read.
+        if txn is None or txn.phase in (Phase.DONE, Phase.POST_HOOK):
             return None
+        if not isinstance(relation, FencedSparkRelation) or not relation.include_policy.schema:
+            return None  # a bare name may resolve to a temp view, or another schema's table
         if (str(relation.schema).lower(), str(relation.identifier).lower()) != (
             txn.schema.lower(),
             txn.identifier.lower(),

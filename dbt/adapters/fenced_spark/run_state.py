@@ -32,7 +32,10 @@ _TEMP_VIEW = re.compile(
     re.I,
 )
 # A DROP or ALTER of one of the run's temp views changes the session; of any other view, data.
-_OF_VIEW = re.compile(r"(DROP\s+(?:VIEW|TABLE)\s+(IF\s+EXISTS\s+)?|ALTER\s+VIEW\s+)" + _NAME, re.I)
+_OF_VIEW = re.compile(
+    r"(DROP\s+(?:VIEW|TABLE)\s+(IF\s+EXISTS\s+)?|ALTER\s+VIEW\s+)" + _NAME + r"(?![\w$]|\s*\.)",
+    re.I,
+)
 # `EXECUTE IMMEDIATE '<statement>'` is judged by the statement in its literal; one held in a
 # variable cannot be read here, and is not replayed.
 _EXECUTE = re.compile(
@@ -106,8 +109,9 @@ def without_leading_comments(sql: str) -> str:
         while i < n and sql[i].isspace():
             i += 1
         if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
+            # Spark's lexer ends a line comment at \r as well as \n.
+            ends = [e for e in (sql.find("\n", i), sql.find("\r", i)) if e >= 0]
+            i = min(ends) + 1 if ends else n
         elif sql.startswith("/*", i):
             depth = 0
             while i < n:
