@@ -70,13 +70,16 @@ class FenceRunner(SessionRunner):
         self.calls.append(Call("probe", sql, time.perf_counter() - started))
         return rows
 
-    def fence(self, node: dict[str, str | None] | None = None) -> Fence:
+    def fence(
+        self, node: dict[str, str | None] | None = None, hints: dict[str, int] | None = None
+    ) -> Fence:
         """A Fence as the adapter builds one for a step: its reader new, nothing cached but
-        where the node's earlier steps found the table's log (`node`, over SQL)."""
+        where the node's earlier steps found the table's log (`node`, over SQL) and where the
+        last run left the table (`hints`, run_results.json)."""
         sql = SqlHistory(self)
         log: HistoryReader = {
             "delta_log": LogTail(self.spark, fallback=sql),
-            "sql": SqlLog(self, node),
+            "sql": SqlLog(self, node, hints),
             "describe_history": sql,
         }[self.reader]
         return Fence(self, nullcontext, log=TimedLog(self, log))

@@ -291,8 +291,10 @@ def _pairs(r: Results) -> list[str]:
         " and its share of that run. Its statements come from dbt's query log (`SQLQuery` and"
         " the `elapsed` of the `SQLQueryStatus` after it, collected with dbtRunner callbacks):"
         " the SET/RESET of the commit tag (`commitInfo.userMetadata`) and, for a strict write,"
-        " of `maxCommitAttempts`; the staging view's CREATE and DROP; the DESCRIBE of the staging"
-        " view that checks `unique_key` (merge); and any DESCRIBE HISTORY or DESCRIBE DETAIL. On"
+        " of `maxCommitAttempts`; the staging view's CREATE and (on the session) DROP; the"
+        " DESCRIBE of the staging view that checks `unique_key` (merge); any DESCRIBE of the"
+        " target beyond as many as stock sends (over SQL the fence's own DESCRIBE, which finds"
+        " the Delta log, answers dbt-spark's); and any DESCRIBE HISTORY or DESCRIBE DETAIL. On"
         " the session the history reads (capture, pre-check, verify) go to `LogTail`"
         " (`fence/delta_log.py`), not through dbt's query log: they are timed by wrapping"
         " `LogTail`'s methods in the benchmark's process. So are the SETs/RESETs, which on the"
@@ -503,6 +505,16 @@ READER_NAMES = {
 }
 
 
+def _describe_growth(r: Results) -> str:
+    rows = [h for h in r.history if h.reader == "sql" and h.describe]
+    if len(rows) < 2:
+        return "not measured in this run"
+    return (
+        f"{_ms(rows[-1].median('describe'))} ms at {rows[-1].commits:,} commits against"
+        f" {_ms(rows[0].median('describe'))} ms at {rows[0].commits:,}"
+    )
+
+
 def _history(r: Results) -> list[str]:
     out = [
         "## 2. History length: capturing vB and verifying the commit",
@@ -516,20 +528,29 @@ def _history(r: Results) -> list[str]:
         " committed, and the log only when that is not the one right above vB). Three readers:"
         " *session* is what `method: session` uses (`fence/delta_log.py`: `_last_checkpoint`,"
         " then probes for `N.json` and the commitInfo line of each new commit); *SQL path* is"
-        " what Thrift and Connect use (`fence/sql_log.py`: the table's location from `SHOW TABLE"
-        " EXTENDED`, then commit files by exact path, `binaryFile` with a brace pattern Hadoop"
-        " expands into single paths; whether files exist from the `EXPLAIN` of such a read,"
+        " what Thrift and Connect use (`fence/sql_log.py`: the table's location from"
+        " `describe extended`, then commit files by exact path, `binaryFile` with a brace"
+        " pattern Hadoop expands into single paths, from the version the previous repetition"
+        " committed, as the adapter starts from the version run_results.json gives for the"
+        " node; whether files exist from the `EXPLAIN` of such a read,"
         " whose plan counts them without a Spark job: the pre-check on an untouched table is"
         " one such statement, at the location the capture found), run here as SQL on a"
         " session; *DESCRIBE HISTORY* is `DESCRIBE HISTORY t LIMIT n`, the"
         " SQL path before it and its fallback. Medians in ms. *Cold*: capture right"
-        " after `DeltaLog.clearCache()`, what the first run in a new process pays. *The INSERT*"
+        " after `DeltaLog.clearCache()` with no version to start from, what the first run in a"
+        " new process and target folder pays. *dbt-spark's DESCRIBE*: the SQL path's catalog"
+        " lookup is `describe extended` of the table, the statement dbt-spark sends in every"
+        " run for the target's column list, which its rows then answer (`FencedSparkAdapter."
+        "_described`): not part of capture, since a run sends it with or without the fence;"
+        " it grows with the log because Delta lists `_delta_log` to update its snapshot for"
+        " it. *The INSERT*"
         " is Delta's own write, for scale: stock dbt-spark pays it too, and it grows with the"
         " log because Delta lists `_delta_log` to update its snapshot.",
         "",
         "| reader | commits | checkpoints | files in _delta_log | capture | pre-check | verify |"
-        " capture + verify | ratio to 10 | SET/RESET | whole fence | cold capture | the INSERT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " capture + verify | ratio to 10 | SET/RESET | whole fence | cold capture |"
+        " dbt-spark's DESCRIBE | the INSERT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in r.history:
         base = next(b for b in r.history if b.reader == h.reader)
@@ -539,7 +560,8 @@ def _history(r: Results) -> list[str]:
             f"{_ms(h.median('precheck'))} | {_ms(h.median('verify'))} | "
             f"{_ms(h.capture_verify)} | **{h.capture_verify / base.capture_verify:.2f}** | "
             f"{_ms(h.median('confs'))} | {_ms(h.fence_total)} | "
-            f"{_ms(h.median('capture_cold'))} | {_ms(h.median('write'))} |"
+            f"{_ms(h.median('capture_cold'))} | "
+            f"{_ms(h.median('describe')) if h.describe else '–'} | {_ms(h.median('write'))} |"
         )
     reps = len(r.history[0].capture)
     built = {h.commits: h.build_seconds for h in r.history}
@@ -800,12 +822,13 @@ def _where(r: Results) -> list[str]:
             " reports the session's commit right above vB (`verify.session_commit`). Jobs of"
             " these reads per fenced run here: "
             + "; ".join(f"{m} {history_jobs(m)}" for m in ("thrift", "connect"))
-            + ". `SHOW TABLE EXTENDED` (the location) reads the metastore and runs no job. On"
+            + ". The catalog lookup (`describe extended`, dbt-spark's own statement) runs no"
+            " job. On"
             " the session those reads go to `LogTail` (`fence/delta_log.py`, chosen by"
             " `FenceSql.log` in `impl.py`), which reads the log's files on the driver: jobs per"
             " run here: "
             + history_jobs("session")
-            + ". The SETs/RESETs, the staging view and its DROP run no job on any method."
+            + ". The SETs/RESETs, the staging view and its DROP (on the session) run no job."
         )
     for reader in READER_NAMES:
         rows = [h for h in r.history if h.reader == reader]
@@ -821,15 +844,17 @@ def _where(r: Results) -> list[str]:
         if reader == "sql":
             out.append(
                 f"- **History length, SQL path.** {figures[0].upper()}{figures[1:]}."
-                " `SqlLog` never lists the directory: `SHOW TABLE EXTENDED` reads the location"
-                " from the metastore, and each read names the files it wants (Hadoop's"
-                " `GlobExpander` turns `_delta_log{/a,/b}` into one lookup per file); a"
+                " `SqlLog` never lists the directory itself: each read names the files it wants"
+                " (Hadoop's `GlobExpander` turns `_delta_log{/a,/b}` into one lookup per file),"
+                " capture starts from the version the node's last run left (run_results.json:"
+                " one read of the 16 versions from there and a few powers of two above it), a"
                 " verification whose commit Delta reports right above vB reads nothing, and a"
-                " pre-check on an untouched table is one `EXPLAIN` without a job. What"
-                " still grows is capture without a known version: one read of 32 named files"
-                " for a young table; for an older one `EXPLAIN`s narrowing between two powers"
-                " of two (2 at 10,000 commits, no job) and a read of the window, so 2 small"
-                " Spark jobs instead of 1."
+                " pre-check on an untouched table is one `EXPLAIN` without a job. With no"
+                " version to start from (cold capture) an older table takes `EXPLAIN`s"
+                " narrowing between two powers of two (2 at 10,000 commits, no job) and a read"
+                " of the window. The catalog lookup, dbt-spark's own `describe extended`, does"
+                " grow (Delta lists the log to update its snapshot for it), in every run with"
+                " or without the fence: " + _describe_growth(r) + "."
             )
         elif reader == "describe_history":
             out.append(

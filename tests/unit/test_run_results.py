@@ -12,7 +12,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     Outcome,
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
-from dbt.adapters.fenced_spark.run_results import FenceResponses
+from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
 
 UPDATE = Commit(13, "UPDATE", 12, None)
 OPTIMIZE = Commit(14, "OPTIMIZE", 13, None)
@@ -140,3 +140,28 @@ def test_a_delta_refusal_after_our_step_never_says_nothing_was_written():
     assert "earlier steps stand (the last as v13)" in str(unknown)
     clean = FenceWriteRefused(replace(state, expected_version=12), "words", [])
     assert "failed; nothing was written. Delta said:" in str(clean)
+
+
+def test_the_last_run_s_versions_are_read_by_relation(tmp_path):
+    (tmp_path / "run_results.json").write_text(
+        json.dumps(
+            {
+                "metadata": {"invocation_id": "last"},
+                "results": [
+                    {"relation_name": "`s`.`a`", "adapter_response": {"commit_version": 7}},
+                    {"relation_name": "`s`.`b`", "adapter_response": {"read_version": 4}},
+                    {
+                        "relation_name": "`s`.`c`",
+                        "adapter_response": {
+                            "batches": [{"commit_version": 2}, {"commit_version": 3}]
+                        },
+                    },
+                    {"relation_name": "`s`.`d`", "adapter_response": {}},
+                    {"relation_name": None, "adapter_response": {"commit_version": 1}},
+                ],
+            }
+        )
+    )
+    assert last_versions(str(tmp_path), "now") == {"`s`.`a`": 7, "`s`.`b`": 4, "`s`.`c`": 3}
+    assert last_versions(str(tmp_path), "last") == {}  # this run's own: not a last run
+    assert last_versions(str(tmp_path / "missing"), "now") == {}

@@ -130,6 +130,29 @@ def test_the_newest_version_is_found_by_named_files_alone(versions):
         assert len(re.findall(r"/\d{20}\.json", sql)) <= PROBES
 
 
+@pytest.mark.parametrize("versions", [40, 10_000, 200_000])
+@pytest.mark.parametrize("behind", [0, 1, 15])
+def test_from_where_the_last_run_left_it_any_length_is_one_read(versions, behind):
+    server = FakeServer(versions)
+    hints = {TABLE: versions - 1 - behind}
+    assert SqlLog(server, hints=hints).latest_version(TABLE) == versions - 1
+    assert server.reads() == 1 and server.probes() == 0 and server.history_reads == 0
+
+
+@pytest.mark.parametrize(
+    "versions, hint",
+    [
+        (40, 900),  # the table replaced since: the hint is past its newest version
+        (10_000, 5),  # far behind: many landed since
+        (300, 50),  # below what a cleanup left
+    ],
+)
+def test_a_hint_is_only_where_the_search_starts(versions, hint):
+    server = FakeServer(versions, cleaned_below=100 if versions == 300 else 0)
+    assert SqlLog(server, hints={TABLE: hint}).latest_version(TABLE) == versions - 1
+    assert server.history_reads == 0
+
+
 @pytest.mark.parametrize("versions", [40, 10_000])
 def test_a_plan_that_does_not_count_its_paths_is_narrowed_by_reads(versions):
     server = FakeServer(versions)

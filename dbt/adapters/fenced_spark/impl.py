@@ -72,7 +72,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
 )
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
-from dbt.adapters.fenced_spark.run_results import FenceResponses
+from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
 from dbt.adapters.fenced_spark.run_state import without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
@@ -222,13 +222,18 @@ class FenceSql:
         names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
         return str(dict(zip(names, rows[0], strict=True))["location"])
 
-    def log(self, locations: dict[str, str | None] | None = None) -> HistoryReader:
+    def log(
+        self,
+        locations: dict[str, str | None] | None = None,
+        hints: dict[str, int] | None = None,
+    ) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
         # Thrift and Connect clients have no JVM of their own: the server reads the files,
-        # where the node's earlier steps found them (`locations`).
+        # where the node's earlier steps found them (`locations`), from where the node's last
+        # run left the table (`hints`).
         handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
         if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
-            return SqlLog(self, locations)
+            return SqlLog(self, locations, hints)
         return LogTail(handle.spark, fallback=SqlHistory(self))
 
 
@@ -291,6 +296,8 @@ class FencedSparkAdapter(SparkAdapter):
         super().__init__(*args, **kwargs)
         self._nodes = threading.local()
         self._responses = FenceResponses()
+        self._versions_lock = threading.Lock()
+        self._versions: tuple[str, dict[str, int]] | None = None  # invocation id, versions
         # dbt builds the adapter before it parses the project: the JVM starts meanwhile.
         if self.config.credentials.method == SparkConnectionMethod.SESSION:
             session.start_early(self.config.credentials, dbt_command())
@@ -466,8 +473,20 @@ class FencedSparkAdapter(SparkAdapter):
     def _fence(self) -> Fence:
         txn = self._txn()
         runner = FenceSql(self.connections, txn.described if txn is not None else None)
-        log = runner.log(txn.logs if txn is not None else None)
+        if txn is None:
+            return Fence(runner, self.connections.single_attempt, log=runner.log())
+        hint = self._last_versions().get(txn.display)
+        log = runner.log(txn.logs, {txn.table: hint} if hint is not None else None)
         return Fence(runner, self.connections.single_attempt, log=log)
+
+    def _last_versions(self) -> dict[str, int]:
+        """Where the last run left each fenced table (run_results.json), read once per run."""
+        invocation = str(get_invocation_id())
+        with self._versions_lock:
+            if self._versions is None or self._versions[0] != invocation:
+                target = getattr(self.config, "project_target_path", None)
+                self._versions = (invocation, last_versions(target, invocation) if target else {})
+            return self._versions[1]
 
     @records_failure
     def execute(

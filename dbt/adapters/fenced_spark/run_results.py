@@ -70,3 +70,30 @@ class FenceResponses:
             with suppress(OSError):
                 os.unlink(partial)
             logger.debug(f"could not add the fence's responses to {path}: {exc}")
+
+
+def last_versions(target_path: str, invocation_id: str) -> dict[str, int]:
+    """The version each fenced relation stood at after the last run that wrote this folder's
+    run_results.json (its commit, else the version it read), by relation name: where the fence
+    starts looking for the newest version over SQL. Only a start: it is read anew."""
+    try:
+        with open(os.path.join(target_path, FILE_NAME), encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if (
+        not isinstance(results, dict)
+        or results.get("metadata", {}).get("invocation_id") == invocation_id
+    ):
+        return {}
+    versions: dict[str, int] = {}
+    for result in results.get("results") or []:
+        response = result.get("adapter_response") if isinstance(result, dict) else None
+        if not isinstance(response, dict):
+            continue
+        last = (response.get("batches") or [response])[-1]
+        version = last.get("commit_version", last.get("read_version"))
+        name = result.get("relation_name")
+        if isinstance(version, int) and isinstance(name, str):
+            versions[name] = version
+    return versions

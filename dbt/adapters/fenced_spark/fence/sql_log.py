@@ -62,10 +62,18 @@ class SqlLog:
     pre-check): a table moved elsewhere since then is seen by the verification, which reads
     commits (docs/limits.md)."""
 
-    def __init__(self, source: HistorySource, node: dict[str, str | None] | None = None) -> None:
+    def __init__(
+        self,
+        source: HistorySource,
+        node: dict[str, str | None] | None = None,
+        hints: dict[str, int] | None = None,
+    ) -> None:
         self.source = source
         self.fallback = SqlHistory(source)
         self._node = {} if node is None else node
+        # Where to start looking for the newest version when none is known (the version the
+        # node's last run left, run_results.json): only a start, every version is read anew.
+        self._hints = {} if hints is None else hints
         self._logs: dict[str, str | None] = {}
         # Commit infos read so far, by table and version: a commit never changes once written.
         # Only ever used for a version's content; whether a version exists is always read anew.
@@ -182,12 +190,13 @@ class SqlLog:
                 return end
             start = end
 
-    def _bracket(self, table: str, log: str) -> tuple[int, int]:
+    def _bracket(self, table: str, log: str, base: int = 0) -> tuple[int, int]:
         """With no version known: a version that exists and a higher one that does not, at
-        most a window apart, the newest between them. Versions 0..15 and powers of two first
-        (in one read that also takes their commit infos), then narrowing."""
+        most a window apart, the newest between them. Versions base..base+15 and base plus
+        powers of two first (in one read that also takes their commit infos), then narrowing."""
         # 31 paths and the staged commits' folder: over 32, Spark would list them in a job.
         probes = sorted({*range(WINDOW), *(2**k for k in range(4, 19))})
+        probes = [base + p for p in probes]
         found = self._window(table, log, probes)
         if not found:
             raise CannotFollow("none of the probed versions exists")
@@ -211,10 +220,21 @@ class SqlLog:
 
     def _latest(self, log: str, table: str, start: int | None) -> int:
         if start is None:
-            start, high = self._bracket(table, log)
+            start, high = self._hinted_bracket(table, log)
             if high == start + 1:
                 return start  # the next version was probed and is not there
         return self._forward(table, log, start)
+
+    def _hinted_bracket(self, table: str, log: str) -> tuple[int, int]:
+        # A table of any length is one read from where the node's last run left it, if little
+        # landed since; a hint past the newest version (the table replaced) costs one more.
+        hint = self._hints.get(table)
+        if hint:
+            try:
+                return self._bracket(table, log, hint)
+            except CannotFollow:
+                pass
+        return self._bracket(table, log)
 
     def _answer(
         self,
