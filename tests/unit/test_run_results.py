@@ -142,26 +142,33 @@ def test_a_delta_refusal_after_our_step_never_says_nothing_was_written():
     assert "failed; nothing was written. Delta said:" in str(clean)
 
 
-def test_the_last_run_s_versions_are_read_by_relation(tmp_path):
+def test_the_last_run_s_versions_are_read_by_node(tmp_path):
     (tmp_path / "run_results.json").write_text(
         json.dumps(
             {
                 "metadata": {"invocation_id": "last"},
                 "results": [
-                    {"relation_name": "`s`.`a`", "adapter_response": {"commit_version": 7}},
-                    {"relation_name": "`s`.`b`", "adapter_response": {"read_version": 4}},
+                    {"unique_id": "model.p.a", "adapter_response": {"commit_version": 7}},
+                    {"unique_id": "model.p.b", "adapter_response": {"read_version": 4}},
                     {
-                        "relation_name": "`s`.`c`",
+                        "unique_id": "model.p.c",
                         "adapter_response": {
                             "batches": [{"commit_version": 2}, {"commit_version": 3}]
                         },
                     },
-                    {"relation_name": "`s`.`d`", "adapter_response": {}},
-                    {"relation_name": None, "adapter_response": {"commit_version": 1}},
+                    {"unique_id": "model.p.d", "adapter_response": {}},
+                    {"unique_id": "model.p.e", "adapter_response": {"commit_version": True}},
+                    {"unique_id": "model.p.f", "adapter_response": {"commit_version": 10**30}},
                 ],
             }
         )
     )
-    assert last_versions(str(tmp_path), "now") == {"`s`.`a`": 7, "`s`.`b`": 4, "`s`.`c`": 3}
+    assert last_versions(str(tmp_path), "now") == {"model.p.a": 7, "model.p.b": 4, "model.p.c": 3}
     assert last_versions(str(tmp_path), "last") == {}  # this run's own: not a last run
     assert last_versions(str(tmp_path / "missing"), "now") == {}
+
+
+def test_a_run_results_file_it_cannot_read_gives_no_start(tmp_path):
+    for text in ('{"metadata": null}', '{"metadata": {}, "results": 5}', "[1]", "{"):
+        (tmp_path / "run_results.json").write_text(text)
+        assert last_versions(str(tmp_path), "now") == {}

@@ -231,10 +231,15 @@ class FenceSql:
         # Thrift and Connect clients have no JVM of their own: the server reads the files,
         # where the node's earlier steps found them (`locations`), from where the node's last
         # run left the table (`hints`).
-        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
-        if not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle):
+        if self.over_sql():
             return SqlLog(self, locations, hints)
+        handle = self.connections.get_thread_connection().handle.handle
         return LogTail(handle.spark, fallback=SqlHistory(self))
+
+    def over_sql(self) -> bool:
+        """Thrift and Connect: the client has no JVM of its own to read the Delta log."""
+        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        return not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle)
 
 
 def dbt_command() -> str | None:
@@ -475,7 +480,7 @@ class FencedSparkAdapter(SparkAdapter):
         runner = FenceSql(self.connections, txn.described if txn is not None else None)
         if txn is None:
             return Fence(runner, self.connections.single_attempt, log=runner.log())
-        hint = self._last_versions().get(txn.display)
+        hint = self._last_versions().get(txn.node) if runner.over_sql() else None
         log = runner.log(txn.logs, {txn.table: hint} if hint is not None else None)
         return Fence(runner, self.connections.single_attempt, log=log)
 

@@ -73,27 +73,24 @@ class FenceResponses:
 
 
 def last_versions(target_path: str, invocation_id: str) -> dict[str, int]:
-    """The version each fenced relation stood at after the last run that wrote this folder's
-    run_results.json (its commit, else the version it read), by relation name: where the fence
-    starts looking for the newest version over SQL. Only a start: it is read anew."""
+    """The version each fenced node left its table at in the last run that wrote this folder's
+    run_results.json (its commit, else the version it read), by unique_id: where the fence
+    starts looking for the newest version over SQL. Only a start: it is read anew. A file it
+    cannot read gives none."""
     try:
         with open(os.path.join(target_path, FILE_NAME), encoding="utf-8") as f:
             results = json.load(f)
-    except (OSError, ValueError):
+        if results["metadata"]["invocation_id"] == invocation_id:
+            return {}  # this run's own
+        versions: dict[str, int] = {}
+        for result in results["results"]:
+            response = result.get("adapter_response") or {}
+            batches = response.get("batches")
+            last = batches[-1] if isinstance(batches, list) and batches else response
+            version = last.get("commit_version", last.get("read_version"))
+            # A version Delta could write: anything else is no start at all.
+            if type(version) is int and 0 <= version < 2**63:
+                versions[str(result["unique_id"])] = version
+        return versions
+    except Exception:
         return {}
-    if (
-        not isinstance(results, dict)
-        or results.get("metadata", {}).get("invocation_id") == invocation_id
-    ):
-        return {}
-    versions: dict[str, int] = {}
-    for result in results.get("results") or []:
-        response = result.get("adapter_response") if isinstance(result, dict) else None
-        if not isinstance(response, dict):
-            continue
-        last = (response.get("batches") or [response])[-1]
-        version = last.get("commit_version", last.get("read_version"))
-        name = result.get("relation_name")
-        if isinstance(version, int) and isinstance(name, str):
-            versions[name] = version
-    return versions

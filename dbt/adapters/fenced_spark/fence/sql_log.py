@@ -232,8 +232,8 @@ class SqlLog:
         if hint:
             try:
                 return self._bracket(table, log, hint)
-            except CannotFollow:
-                pass
+            except Exception:
+                pass  # from the start, as with no hint: that says what is wrong, if anything
         return self._bracket(table, log)
 
     def _answer(
