@@ -98,8 +98,9 @@ class ForeignAroundWrite(FenceSql):
         times=None,
         before_restore=None,
         writes=("merge", "insert into"),
+        described=None,
     ):
-        super().__init__(connections)
+        super().__init__(connections, described)
         self.writer, self.before, self.after, self.times = writer, before, after, times
         self.before_restore = before_restore
         self.writes = tuple(writes)

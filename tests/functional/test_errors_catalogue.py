@@ -413,10 +413,15 @@ class TestErrorsCatalogue:
         writer = ForeignWriter(spark)
         runners: list[ForeignAroundWrite] = []
 
-        def runner(connections):
+        def runner(connections, described=None):
             runners.append(
                 ForeignAroundWrite(
-                    connections, writer, before, after, before_restore=before_restore
+                    connections,
+                    writer,
+                    before,
+                    after,
+                    before_restore=before_restore,
+                    described=described,
                 )
             )
             return runners[-1]

@@ -94,10 +94,14 @@ class TestGreenVerdictHoldsAtTheNextRun:
         writer = ForeignWriter(spark)
         runners = []
 
-        def runner(connections):
+        def runner(connections, described=None):
             runners.append(
                 ForeignAroundWrite(
-                    connections, writer, lambda _: f"insert into {table} values {foreign}", times=1
+                    connections,
+                    writer,
+                    lambda _: f"insert into {table} values {foreign}",
+                    times=1,
+                    described=described,
                 )
             )
             return runners[-1]
