@@ -16,7 +16,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, session
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
-from dbt.adapters.fenced_spark.run_state import RunState, without_leading_comments
+from dbt.adapters.fenced_spark.run_state import RunState, first_word, without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
 
@@ -145,10 +145,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         # first (run_state.py), and a hook's own session statement is recorded for the others.
         connection = self.get_thread_connection()
         self.run_state.prime(connection, self._replay)
-        body = without_leading_comments(sql)
-        verb = (body.split(None, 1) or [""])[0].upper()
-        if _NAMES_ANOTHER.match(body) or (
-            verb not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql)
+        if _NAMES_ANOTHER.match(without_leading_comments(sql)) or (
+            first_word(sql) not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql)
         ):
             self.may_have_changed_tables()
         result = super().add_query(sql, *args, **kwargs)

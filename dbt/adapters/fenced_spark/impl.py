@@ -73,7 +73,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
-from dbt.adapters.fenced_spark.run_state import without_leading_comments
+from dbt.adapters.fenced_spark.run_state import first_word, without_leading_comments
 
 logger = AdapterLogger("FencedSpark")
 
@@ -285,7 +285,7 @@ def records_failure(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def builds(sql: str, txn: NodeTransaction) -> bool:
     """dbt-spark's CREATE [OR REPLACE] TABLE of the node's target, on a first run or rebuild."""
-    verb = (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
+    verb = first_word(sql)
     return (
         verb in ("CREATE", "REPLACE") and statement_kind(sql, txn.schema, txn.identifier) == WRITE
     )
@@ -990,9 +990,9 @@ class FencedSparkAdapter(SparkAdapter):
         # Temp views live as long as their session. dbt closes a node's connection when the
         # node ends, and with it a Thrift or Connect session on the server; the embedded JVM's
         # sessions live on, so there the view is dropped.
-        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
-        if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
-            FenceSql(self.connections).execute(f"DROP VIEW IF EXISTS {staging.render()}")
+        runner = FenceSql(self.connections)
+        if not runner.over_sql():
+            runner.execute(f"DROP VIEW IF EXISTS {staging.render()}")
 
     def _scoped(
         self,

@@ -101,6 +101,11 @@ class RunState:
             setattr(handle, _APPLIED, done)
 
 
+def first_word(sql: str) -> str:
+    """The statement's first keyword, upper-cased, after any leading comments."""
+    return (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
+
+
 def without_leading_comments(sql: str) -> str:
     """`sql` from its first token on: dbt's query comment and the user's own come first, and
     Spark nests block comments (`/* a /* b */ c */`). An unclosed comment leaves nothing."""
