@@ -49,7 +49,7 @@ scorecard: setup
 # Stock dbt-spark vs fenced_spark in one process and one Spark JVM (and over the harness's Thrift
 # and Connect servers): overhead per run, history length, Spark jobs per run, contention;
 # regenerates docs/benchmarks.md and .png. BENCH_SIZE=ci is the smaller size (part 1 alone
-# ~25 min, estimated); full adds 2M rows (over 1 h). CI does not run it.
+# 11.5 min); full adds 2M rows (over 1 h). CI does not run it.
 # BENCH_ONLY=build (comma-separated parts) measures those parts alone and keeps the last run's
 # others in docs/benchmarks.md, each part saying which command measured it.
 BENCH_SIZE ?= full

@@ -15,6 +15,7 @@ from dbt.cli.main import dbtRunner
 from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.connections import spark_errors
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
+from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
@@ -99,7 +100,8 @@ class FenceRunner(SessionRunner):
 
 
 def strict_append(table: str, read_version: int, invocation: str, node: str) -> FenceState:
-    """The fence's state for an append_if_unchanged run that captured `read_version`."""
+    """The fence's state for an append_if_unchanged run that captured `read_version`, with the
+    scope its macro declares (materializations/incremental/conflicts.sql)."""
     return FenceState(
         table=table,
         display=table,
@@ -108,6 +110,10 @@ def strict_append(table: str, read_version: int, invocation: str, node: str) -> 
         expected_version=read_version,
         invocation_id=invocation,
         node=node,
+        scope=Scope(
+            any_change=True,
+            why_any="append_if_unchanged is refused by any change to the rows of its table",
+        ),
     )
 
 
@@ -201,14 +207,16 @@ class Lakehouse:
         target: str,
         tag: str,
         callbacks: Sequence[Callable[[Any], None]] = (),
+        work: int = 0,
     ) -> dict[str, Any]:
-        """One incremental run of `model` on source batch `batch`."""
+        """One incremental run of `model` on source batch `batch`; `work` rows of busy work in
+        its source (bench_batch) make its write statement longer without changing its rows."""
         return self.dbt(
             "run",
             "--select",
             model,
             "--vars",
-            json.dumps({"batch": batch}),
+            json.dumps({"batch": batch, "work": work}),
             target=target,
             tag=tag,
             callbacks=callbacks,

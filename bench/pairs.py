@@ -34,6 +34,7 @@ SERVER_RUNS = {
     "thrift": "fenced_thrift",
     "connect": "fenced_connect",
 }
+SERVER_TARGETS = ("merge", "append_if_unchanged")  # #31: no slower than stock's on Thrift
 SERVER_METHODS = ("thrift", "connect")  # the fenced methods; also the server each runs on
 # Stock's runs over Thrift that each fenced run is compared with, by Series.stock_method.
 SERVER_STOCKS = {"thrift": "stock", "thrift, poll_interval 1": "stock_poll_1s"}
@@ -114,6 +115,9 @@ class Series:
     method: str = "session"
     # stock's: "session", or a key of SERVER_STOCKS; empty in results from before it was kept.
     stock: str = ""
+    # Over Thrift, busy work that makes the write outlast the server's long poll (5 s), the
+    # one case where stock's poll_interval sleep costs anything; 0: the plain model.
+    work: int = 0
 
     @property
     def stock_method(self) -> str:
@@ -283,11 +287,19 @@ class Timed:
 
 
 def timed_run(
-    house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str, target: str
+    house: Lakehouse,
+    clock: FenceClock,
+    model: str,
+    batch: int,
+    tag: str,
+    target: str,
+    work: int = 0,
 ) -> Timed:
     adapter = target.split("_")[0]  # profiles.yml's targets: <adapter>[_<method>]
     clock.take()  # nothing from between runs (a full refresh's compile-time reads)
-    results = house.run_batch(model, batch, target=target, tag=tag, callbacks=[clock.event])
+    results = house.run_batch(
+        model, batch, target=target, tag=tag, callbacks=[clock.event], work=work
+    )
     seconds = model_seconds(results, adapter)
     return Timed(seconds, *clock.take())
 
@@ -317,24 +329,30 @@ def measure(house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: st
     return pair_of(batch, runs["stock"], runs["fenced"])
 
 
-def server_order(batch: int) -> list[str]:
+def server_order(batch: int, methods: Sequence[str] = SERVER_METHODS) -> list[str]:
     # Rotated per batch: each run goes first, second and third equally often, so drift over
     # the series and the cost of going first after another server's run spread evenly.
-    names = list(SERVER_RUNS)
+    names = [name for name in SERVER_RUNS if name in SERVER_STOCKS.values() or name in methods]
     shift = (batch - 1) % len(names)
     return names[shift:] + names[:shift]
 
 
 def measure_servers(
-    house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: str
-) -> dict[str, Pair]:
+    house: Lakehouse,
+    clock: FenceClock,
+    model: str,
+    batch: int,
+    tag: str,
+    methods: Sequence[str] = SERVER_METHODS,
+    work: int = 0,
+) -> dict[tuple[str, str], Pair]:
     runs = {
-        name: timed_run(house, clock, model, batch, tag, SERVER_RUNS[name])
-        for name in server_order(batch)
+        name: timed_run(house, clock, model, batch, tag, SERVER_RUNS[name], work)
+        for name in server_order(batch, methods)
     }
     return {
         (method, stock): pair_of(batch, runs[run], runs[method])
-        for method in SERVER_METHODS
+        for method in methods
         for stock, run in SERVER_STOCKS.items()
     }
 
@@ -360,8 +378,9 @@ def _print_servers(
         for (method, stock), p in measured.items()
         if stock == "thrift"
     )
+    methods = sorted({method for method, _ in measured})
     print(
-        f"  {tag} {strategy:<20} batch {batch} ({' '.join(server_order(batch))}):"
+        f"  {tag} {strategy:<20} batch {batch} ({' '.join(server_order(batch, methods))}):"
         f"{stocks}{fenced}" + ("  (warm-up)" if warm else ""),
         flush=True,
     )
@@ -390,28 +409,37 @@ def session_series(
 
 
 def server_series(
-    house: Lakehouse, clock: FenceClock, rows: int, pairs: int, warmup: int
+    house: Lakehouse,
+    clock: FenceClock,
+    rows: int,
+    pairs: int,
+    warmup: int,
+    methods: Sequence[str] = SERVER_METHODS,
+    strategies: Sequence[str] = tuple(STRATEGIES),
+    work: int = 0,
 ) -> list[Series]:
     out = []
-    tag = rows_label(rows)
+    tag = rows_label(rows) + ("_long" if work else "")
     # Each server has its own metastore and warehouse: each gets the same source.
-    for kind in SERVER_METHODS:
+    for kind in methods:
         build_source(
             lambda sql, kind=kind: house.server_sql(kind, sql),
             f"bench_src_{tag}",
             rows,
             warmup + pairs,
         )
-    for strategy, (model, stock_strategy) in STRATEGIES.items():
+    for strategy in strategies:
+        model, stock_strategy = STRATEGIES[strategy]
         series = {
-            (m, st): Series(rows, strategy, stock_strategy, method=m, stock=st)
-            for m in SERVER_METHODS
+            (m, st): Series(rows, strategy, stock_strategy, method=m, stock=st, work=work)
+            for m in methods
             for st in SERVER_STOCKS
         }
-        for target in SERVER_RUNS.values():
+        for name in server_order(1, methods):
+            target = SERVER_RUNS[name]
             house.dbt("run", "--full-refresh", "--select", model, target=target, tag=tag)
         for batch in range(1, warmup + pairs + 1):
-            measured = measure_servers(house, clock, model, batch, tag)
+            measured = measure_servers(house, clock, model, batch, tag, methods, work)
             for method, pair in measured.items():
                 s = series[method]
                 (s.warmup if batch <= warmup else s.pairs).append(pair)
@@ -427,20 +455,52 @@ def server_series(
     return out
 
 
+# Seconds of busy work for the long write: with the write's own second or so, it ends between
+# the server's first long poll (5 s) and stock's next poll, poll_interval (5 s) later.
+LONG_WRITE_BUSY_S = 5.5
+_PROBE_WORK = 4_000_000_000
+
+
+def long_write_work(house: Lakehouse) -> int:
+    """The rows of busy work that take LONG_WRITE_BUSY_S on this Thrift server, so that the
+    long-write series means the same on a faster or slower machine."""
+    probe = f"select sum(id % 7) from range(0, {_PROBE_WORK}, 1, 2)"
+    house.server_sql("thrift", probe)  # compiled and warm
+    started = time.perf_counter()
+    house.server_sql("thrift", probe)
+    seconds = time.perf_counter() - started
+    return int(_PROBE_WORK * LONG_WRITE_BUSY_S / seconds)
+
+
 def run(
     house: Lakehouse,
     sizes: tuple[int, ...],
     pairs: int,
     warmup: int,
-    servers: tuple[int, int] | None = None,
+    servers: tuple[tuple[int, ...], int] | None = None,
 ) -> list[Series]:
-    """The session series at each size; then, with `servers` = (rows, pairs), the server
-    series at that one size."""
+    """The session series at each size; then, with `servers` = (sizes, pairs), the server
+    series at each of those sizes and, over Thrift, merge and append_if_unchanged with a
+    write that outlasts the server's long poll (at the smallest size)."""
     out = []
     clock = FenceClock()
     with clock.reading_log():
         for rows in sizes:
             out += session_series(house, clock, rows, pairs, warmup)
         if servers:
-            out += server_series(house, clock, *servers, warmup)
+            server_sizes, server_pairs = servers
+            for rows in server_sizes:
+                out += server_series(house, clock, rows, server_pairs, warmup)
+            work = long_write_work(house)
+            print(f"  long write: {work:,} rows of busy work", flush=True)
+            out += server_series(
+                house,
+                clock,
+                min(server_sizes),
+                server_pairs,
+                warmup,
+                methods=("thrift",),
+                strategies=SERVER_TARGETS,
+                work=work,
+            )
     return out

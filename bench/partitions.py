@@ -119,7 +119,8 @@ def _fenced(
                     result.refused_in_write += 1
                 else:
                     result.refused_gap += 1
-                key = cause.split(":")[0] + ": " + cause.split(": ", 2)[-1][:80]
+                parts = cause.split(": ", 2)
+                key = parts[0] if len(parts) == 1 else f"{parts[0]}: {parts[-1][:80]}"
                 result.causes[key] = result.causes.get(key, 0) + 1
             raise
 

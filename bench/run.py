@@ -1,6 +1,6 @@
 """Benchmarks: what the fence costs, against stock dbt-spark, in one process and one Spark JVM.
 
-    python -m bench.run --size ci                  # what CI runs; part 1 alone ~25 min
+    python -m bench.run --size ci                  # the smaller size; part 1 alone 11.5 min
     python -m bench.run --size full                # 100k and 2M rows; well over an hour
     python -m bench.run --size ci --only jobs --no-write
 
@@ -37,7 +37,7 @@ class Size:
     pairs: int
     warmup: int
     # Part 1 over the servers: stock and fenced over Thrift, fenced over Connect, at one size.
-    server_rows: int
+    server_rows: tuple[int, ...]
     server_pairs: int
     history_commits: tuple[int, ...]
     history_reps: int
@@ -59,7 +59,7 @@ SIZES = {
         pair_rows=(100_000,),
         pairs=15,
         warmup=1,
-        server_rows=100_000,
+        server_rows=(100_000,),
         # Three runs per batch over the servers: 15 pairs would double part 1's time.
         server_pairs=5,
         history_commits=(10, 1_000, 10_000),
@@ -76,7 +76,7 @@ SIZES = {
         pair_rows=(100_000, 2_000_000),
         pairs=15,
         warmup=1,
-        server_rows=100_000,
+        server_rows=(100_000, 2_000_000),
         server_pairs=15,
         history_commits=(10, 1_000, 10_000),
         history_reps=15,
