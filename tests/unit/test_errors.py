@@ -4,7 +4,13 @@ from contextlib import nullcontext
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence.errors import FenceReport, FenceViolation, Outcome, first_lines
+from dbt.adapters.fenced_spark.fence.errors import (
+    FenceReport,
+    FenceViolation,
+    Outcome,
+    first_lines,
+    reason,
+)
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.protocol import conflict_name, set_conf_sql
 
@@ -233,3 +239,16 @@ def test_a_snapshot_is_called_a_snapshot_and_never_told_to_full_refresh():
     gone = FenceReport("snapshot", "s.snap", 12, Outcome.NEVER_WRITTEN, gone=Gone.NOT_DELTA)
     text = str(FenceViolation(gone))
     assert "drop the table, then run the snapshot" in text and "--full-refresh" not in text
+
+
+def test_a_quoted_delta_error_loses_its_try_again():
+    # A failed RESTORE is quoted inside "written and NOT reverted", whose advice is the RESTORE.
+    delta = (
+        "[DELTA_CONCURRENT_WRITE] ConcurrentWriteException: A concurrent transaction has written"
+        " new data since the current transaction read the table. Please try the operation again."
+    )
+    quoted = reason(RuntimeError(delta + "\nConflicting commit: {...}"))
+    assert quoted == delta.removesuffix(" Please try the operation again.")
+    assert reason(RuntimeError("Please try the operation again.")) == "RuntimeError"
+    append = "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] ConcurrentAppendException: Files were added."
+    assert reason(RuntimeError(append + " Please retry the operation.")) == append

@@ -1,5 +1,6 @@
 """The one error a fence failure raises, and the words it uses."""
 
+import re
 import textwrap
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,10 +37,18 @@ def engine_message(error: BaseException) -> str:
     return text.strip()
 
 
+# Delta ends its conflict errors with one of these; quoted in a fence message it would contradict
+# the message's own advice (re-run, fence_retries, or the RESTORE it names).
+_TRY_AGAIN = re.compile(
+    r"\s*Please (?:try the operation again|retry the operation)\.?", re.IGNORECASE
+)
+
+
 def reason(error: BaseException, limit: int = 300) -> str:
-    """The engine's own first line."""
+    """The engine's own first line, without Delta's "please try again"."""
     lines = [line.strip() for line in engine_message(error).splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:limit]
+    first = _TRY_AGAIN.sub("", lines[0]).strip() if lines else ""
+    return (first or type(error).__name__)[:limit]
 
 
 class Gone(StrEnum):
