@@ -36,7 +36,8 @@ class Size:
     pair_rows: tuple[int, ...]
     pairs: int
     warmup: int
-    # Part 1 over the servers: stock and fenced over Thrift, fenced over Connect, at one size.
+    # Part 1 over the servers: stock and fenced over Thrift, fenced over Connect, at each size;
+    # then the long write over Thrift at the smallest (bench.pairs.run).
     server_rows: tuple[int, ...]
     server_pairs: int
     history_commits: tuple[int, ...]
