@@ -16,6 +16,9 @@ from bench.contention import Batch, Contention
 from bench.history import HistoryResult
 from bench.jobs import FENCE_ONLY, Count, Run
 from bench.lakehouse import rows_label
+from bench.nodes import RUNS as NODE_RUNS
+from bench.nodes import STOCK as NODE_STOCK
+from bench.nodes import Nodes, NodesRun
 from bench.pairs import (
     FENCE_KINDS,
     LOG_READS,
@@ -50,6 +53,7 @@ class Results:
     partitions: list[Partitions] = field(default_factory=list)
     build: list[Build] = field(default_factory=list)
     sizing: list[Sizing] = field(default_factory=list)
+    nodes: list[Nodes] = field(default_factory=list)
     # Parts measured by another run than the header's (`--only`): part -> "`command` on date".
     measured_apart: dict[str, str] = field(default_factory=dict)
     # The measuring machine's, not the one that redraws the docs.
@@ -82,6 +86,15 @@ class Results:
             partitions=[Partitions(**p) for p in data.get("partitions", [])],
             build=[Build(**b) for b in data.get("build", [])],
             sizing=[Sizing(**z) for z in data.get("sizing", [])],
+            nodes=[
+                Nodes(
+                    **{
+                        **n,
+                        **{k: [NodesRun(**x) for x in n[k]] for k in ("runs", "warmup")},
+                    }
+                )
+                for n in data.get("nodes", [])
+            ],
             measured_apart=data.get("measured_apart", {}),
         )
 
@@ -988,6 +1001,54 @@ def _where_contention(r: Results) -> str:
     return text
 
 
+def _nodes(r: Results) -> list[str]:
+    n = r.nodes[0]
+    out = [
+        "## 8. Four models in one run over the servers",
+        "",
+        f"One `dbt run` of four copies of `bench_merge` ({n.rows:,} rows each, a 1% batch per"
+        " run) on one thread, per batch, in an order rotated per batch (`bench/nodes.py`):"
+        " stock over Thrift on dbt-spark's default profile, fenced over Thrift, fenced over"
+        " Connect, and fenced over Connect with a new Connect session per node, which is what"
+        " fenced_spark did before it kept a node's session for the next node (each kept"
+        " session closed instead). dbt opens a connection for each node. Spark compiles a"
+        " Connect session's query code in that session's own class loader and caches it per"
+        " class loader (SPARK-44795): a new session compiles every operator of a MERGE again."
+        " A kept session is RESET and its temp views dropped before the next node"
+        " (`dbt/adapters/fenced_spark/connect.py`). *first node*: the first of the run's four;"
+        " *later nodes*: the median of the other three, per run; *vs stock*: later nodes over"
+        f" stock's later nodes on the same batch, median of {len(n.of(NODE_STOCK))} batches"
+        " (95% CI); *reused*: connections per run that took a kept session (dbt's own"
+        " connection for its catalog counts too). Warm-up batches are not counted.",
+        "",
+        "| run | runs | first node s | later nodes s | whole run s | vs stock | 95% CI | reused |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in NODE_RUNS:
+        runs = n.of(run)
+        if not runs:
+            continue
+        ratios = n.ratios(run)
+        low, high = median_interval(ratios)
+        out.append(
+            f"| {run} | {len(runs)} | {statistics.median(x.nodes[0] for x in runs):.2f}"
+            f" | {statistics.median(n.later(run)):.2f}"
+            f" | {statistics.median(x.seconds for x in runs):.2f}"
+            f" | **{statistics.median(ratios):.3f}** | {low:.3f}–{high:.3f}"
+            f" | {statistics.median(x.reused for x in runs):g} |"
+        )
+    kept, new = list(NODE_RUNS)[2:4]
+    if n.of(kept) and n.of(new):
+        saved = statistics.median(n.later(new)) - statistics.median(n.later(kept))
+        out += [
+            "",
+            f"Over Connect, a node after the first took {statistics.median(n.later(kept)):.2f} s"
+            f" in a kept session and {statistics.median(n.later(new)):.2f} s in a new one:"
+            f" {saved:.2f} s per node, in a run of {n.models} models.",
+        ]
+    return out
+
+
 def markdown(r: Results) -> str:
     out = [
         "# Benchmarks: what the fence costs",
@@ -1010,6 +1071,7 @@ def markdown(r: Results) -> str:
         ("partitions", _partitions),
         ("build", _build),
         ("sizing", _sizing),
+        ("nodes", _nodes),
     ):
         if getattr(r, name):
             heading, *body = render(r)

@@ -8,8 +8,9 @@ Writes docs/benchmarks.md and docs/benchmarks.png (unless --no-write) and the ra
 JSON in the work directory. Parts: pairs (stock vs fenced, A B A B on the session; then stock
 and fenced over Thrift and fenced over Connect), history (capture and verify against history
 length), jobs (Spark jobs per run: session, Thrift, Connect), contention (K writers on one
-table). Stock dbt-spark has no Connect method: fenced over Connect is compared with stock over
-Thrift, on the same server build.
+table), partitions, build, sizing, nodes (four models in one run over the servers: Connect's
+kept sessions). Stock dbt-spark has no Connect method: fenced over Connect is compared with
+stock over Thrift, on the same server build.
 """
 
 import argparse
@@ -21,10 +22,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from bench import build, contention, history, jobs, pairs, partitions, report, sizing
+from bench import build, contention, history, jobs, nodes, pairs, partitions, report, sizing
 from bench.lakehouse import REPO, Lakehouse
 
-PARTS = ("pairs", "history", "jobs", "contention", "partitions", "build", "sizing")
+PARTS = ("pairs", "history", "jobs", "contention", "partitions", "build", "sizing", "nodes")
 
 
 # Part 5's writers: two replace_where, two self-reading appends, with fence_retries 3.
@@ -163,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
             print("7. the session's sizing on a big merge", flush=True)
             results.sizing = [
                 sizing.run(house, size.sizing_rows, size.sizing_rows // 100, size.sizing_pairs)
+            ]
+        if "nodes" in parts and not args.no_servers:
+            print("8. four models in one run over the servers", flush=True)
+            results.nodes = [
+                nodes.run(house, min(size.server_rows), size.server_pairs, size.warmup)
             ]
         if "partitions" in parts:
             print("5. writers on disjoint partitions, with a compaction job", flush=True)

@@ -69,6 +69,80 @@ class TestFourThreadsFourSessions:
             assert merge.tag["strategy"] == "merge"
 
 
+# A node's session serves a later node (connect.py): it must reach that node as a new session
+# would. `leaves` sets confs and makes temp views (CACHE TABLE's, and one whose name only matches
+# under the case rule it set); `finds`, run after it on the one thread, reads them at compile
+# time.
+LEAVES = """
+{{ config(materialized='table', pre_hook=[
+    "set spark.fenced_test.who = leaves",
+    "create or replace temporary view whose_view as select 'leaves' as who",
+    "cache table cached_view as select 1 as x",
+    "set spark.sql.caseSensitive = true",
+    "create or replace temporary view Cased_View as select 1 as x",
+]) }}
+select 1 as id
+"""
+FINDS = """
+-- depends_on: {{ ref('leaves') }}
+{%- set seen = {'conf': '', 'views': []} -%}
+{%- if execute -%}
+  {%- do seen.update({'conf': run_query('set spark.fenced_test.who').rows[0][1]}) -%}
+  {%- for row in run_query('show views in global_temp').rows if not row[0] -%}
+    {%- do seen['views'].append(row[1]) -%}
+  {%- endfor -%}
+{%- endif %}
+select '{{ seen.conf }}' as conf_says, '{{ seen.views | join(",") }}' as temp_views
+"""
+# What a RESET does not undo ends the session with its node: the next node starts in `default`.
+WHERE_AM_I = """
+-- depends_on: {{{{ ref('{after}') }}}}
+select '{{{{ run_query("select current_database()").rows[0][0] if execute else "" }}}}' as db
+"""
+MOVES = """
+{{ config(materialized='table', pre_hook="use {{ target.schema }}") }}
+select 1 as id
+"""
+MOVES_IN_PYTHON = """
+def model(dbt, session):
+    dbt.config(materialized="table")
+    dbt.ref("after_use")
+    session.sql(f"use {dbt.this.schema}")
+    return session.sql("select 1 as id")
+"""
+
+
+class TestTheNextNodesSessionIsAsNew:
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, spark_server):
+        return spark_server.profile(threads=1)
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "leaves.sql": LEAVES,
+            "finds.sql": FINDS,
+            "moves.sql": MOVES,
+            "after_use.sql": WHERE_AM_I.format(after="moves"),
+            "moves_in_python.py": MOVES_IN_PYTHON,
+            "after_python.sql": WHERE_AM_I.format(after="moves_in_python"),
+        }
+
+    def test_confs_and_temp_views_do_not_reach_the_next_node(self, project, spark):
+        _, output = run_dbt_and_capture(["--debug", "run", "--select", "leaves", "finds"])
+        # One thread: the session `leaves` ran in (and was kept after) serves `finds`.
+        assert "Spark Connect session reused for connection 'model.test.finds'" in output
+        assert rows(spark, f"select conf_says, temp_views from {project.test_schema}.finds") == [
+            ("<undefined>", "")
+        ]
+
+    def test_a_use_in_sql_or_python_ends_the_session_with_its_node(self, project, spark):
+        run_dbt(["run", "--select", "moves", "after_use", "moves_in_python", "after_python"])
+        assert project.test_schema != "default"
+        for model in ("after_use", "after_python"):
+            assert rows(spark, f"select db from {project.test_schema}.{model}") == [("default",)]
+
+
 class TestDebug:
     def test_debug_reports_spark_and_delta_versions(self, project):
         _, output = run_dbt_and_capture(["debug"])

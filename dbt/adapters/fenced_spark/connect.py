@@ -1,19 +1,31 @@
 """The Spark Connect session behind `method: connect`.
 
-Every dbt connection opens its own Connect session on the server, so SQL confs (the fence's
-userMetadata) and temp views never cross threads, as with the embedded session's
-`newSession()`.
+Every dbt connection has a Connect session of its own, so SQL confs (the fence's userMetadata)
+and temp views never cross threads, as with the embedded session's `newSession()`. A session
+is not opened anew for every node, though: Spark Connect runs each session's code in a class
+loader of its own, and Spark's cache of compiled code is kept per class loader (SPARK-44795),
+so a new session compiles every operator of every query again (0.6 s of a MERGE's 2 s here,
+docs/cluster.md). A node's session is kept for a later node instead, and made as a new one is
+before that node's first statement (`clear`: its temp views dropped, its confs RESET). One in
+which something ran that those do not undo (USE, a temporary function or variable, ADD JAR,
+a Python model) or a statement got no answer is closed with its node, as before.
 """
 
+import atexit
 import logging
 import os
 import re
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark.run_state import leading_words
 
 if TYPE_CHECKING:
     from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
@@ -22,6 +34,79 @@ logger = AdapterLogger("FencedSpark")
 
 INSTALL_HINT = "pip install 'dbt-fenced-spark[connect]'"
 STACKTRACE = "\n\nJVM stacktrace:\n"
+
+# Statements whose effect on the session neither a RESET nor dropping its temp views undoes,
+# matched on their leading words (comments between them dropped). A catalog set by its conf
+# stays loaded in the session after the RESET; a permanent function is the catalog's.
+_STAYS = re.compile(
+    r"(USE|DECLARE|ADD|BEGIN|EXECUTE|[\w$]+ : BEGIN)\b"
+    r"|SET (CATALOG|SCHEMA|NAMESPACE|DATABASE|VAR|VARIABLE)\b|SET spark\.sql\.catalog\."
+    r"|CREATE (OR REPLACE )?TEMP(ORARY)? (FUNCTION|MACRO)\b"
+    r"|CREATE (OR REPLACE )?(TEMP(ORARY)? )?VARIABLE\b",
+    re.I,
+)
+# Replayed the same into whichever connection takes the session next (run_state.py): the
+# session it leaves is the one that replay makes.
+_REPLAYED_ALIKE = re.compile(r"USE\b|SET CATALOG\b", re.I)
+# A statement that failed this way may still run on the server (no answer came).
+_IN_TRANSIT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN"}
+
+# Sessions kept for a later node, by URL (the token is in it), most recent last; any thread's.
+_kept: dict[str, list[tuple[Any, "Leftovers"]]] = {}
+_kept_lock = threading.Lock()
+
+
+class Leftovers:
+    """Whether what ran in a session can be cleared for another node (`clear`)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.reusable = True
+        self.replaying = False  # the run's hook statements, replayed (connections.py)
+
+    def saw(self, sql: str) -> None:
+        # Before the statement runs: one that fails may have changed the session all the same.
+        head = leading_words(sql)
+        if _STAYS.match(head) and not (self.replaying and _REPLAYED_ALIKE.match(head)):
+            self.reusable = False
+
+    def failed(self, exc: BaseException) -> None:
+        # Closing the session interrupts a statement still running; a kept one would let it
+        # finish under another node. The server's own error means it ended.
+        if in_transit(exc):
+            self.reusable = False
+
+
+def in_transit(exc: BaseException) -> bool:
+    """Whether a call failed without the server's answer (a lost stream, an interrupt)."""
+    if not isinstance(exc, Exception):
+        return True
+    try:
+        import grpc
+    except ImportError:
+        return True
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
+            return cause.code().name in _IN_TRANSIT
+        cause = cause.__cause__ or cause.__context__
+    return False  # raised before anything was sent
+
+
+def clear(session: Any) -> int:
+    """The session as a new one is: no temp views, the server's confs. The views go first, by
+    the names Spark lists; under case sensitivity, which RESET then undoes, since a view made
+    under it is found only by its exact name (under any other rule Spark does not even call it
+    temporary). global_temp is in memory, so no metastore is asked; its own views are no
+    session's. The catalog's call drops only a temp view, where SQL's DROP VIEW could drop a
+    table's view of the name. How many views were dropped."""
+    session.conf.set("spark.sql.caseSensitive", "true")
+    rows = session.sql("SHOW VIEWS IN global_temp").collect()
+    views = [r.viewName for r in rows if not r.namespace]
+    for view in views:
+        session.catalog.dropTempView(view)
+    session.sql("RESET")
+    return len(views)
 
 
 def redact(url: str) -> str:
@@ -69,11 +154,60 @@ def message(exc: BaseException) -> str:
     return text
 
 
-def open_session(creds: "FencedSparkCredentials") -> Any:
-    """A new Connect session, tried `1 + connect_retries` times `connect_timeout` seconds
-    apart; then one error naming the URL."""
+def open_session(creds: "FencedSparkCredentials", name: str | None = None) -> Any:
+    """A kept session made new, or a new Connect session, with the profile's confs."""
     quiet_client()
     url = str(creds.host)
+    session = _reuse(url, name) or _open(url, creds)
+    try:
+        apply_conf(session, creds.server_side_parameters)
+    except BaseException:
+        close_session(session)
+        raise
+    return session
+
+
+def _reuse(url: str, name: str | None) -> Any:
+    while True:
+        with _kept_lock:
+            kept = _kept.get(url)
+            if not kept:
+                return None
+            session, _ = kept.pop()
+        try:
+            with no_retries(session):
+                dropped = clear(session)
+        except Exception as exc:  # expired on the server, or the server is gone
+            logger.debug(f"Spark Connect session not reused: {message(exc)}")
+            close_session(session)
+            continue
+        except BaseException:
+            close_session(session)
+            raise
+        logger.debug(
+            f"Spark Connect session reused for connection {name!r}: "
+            f"{dropped} temp view(s) dropped, confs RESET"
+        )
+        return session
+
+
+@contextmanager
+def no_retries(session: Any) -> Iterator[None]:
+    """The client's own policy retries an unreachable server for minutes: a kept session that
+    does not answer at once is closed, and a new one opened under `connect_retries`."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    policies = session.client.get_retry_policies()
+    session.client.set_retry_policies([DefaultPolicy(max_retries=0)])
+    try:
+        yield
+    finally:
+        session.client.set_retry_policies(policies)
+
+
+def _open(url: str, creds: "FencedSparkCredentials") -> Any:
+    """A new Connect session, tried `1 + connect_retries` times `connect_timeout` seconds
+    apart; then one error naming the URL."""
     attempts = 1 + max(0, creds.connect_retries)
     attempt = 1
     while True:
@@ -94,7 +228,6 @@ def open_session(creds: "FencedSparkCredentials") -> Any:
             time.sleep(creds.connect_timeout)
             attempt += 1
             continue
-        apply_conf(session, creds.server_side_parameters)
         return session
 
 
@@ -132,9 +265,32 @@ def apply_conf(session: Any, conf: dict[str, str]) -> None:
             logger.debug(f"server_side_parameters: {key} is not a session conf; left alone")
 
 
+def release(session: Any, leftovers: Leftovers) -> None:
+    """At the end of a node: kept for a later one if it can be made new, else closed."""
+    if not leftovers.reusable:
+        close_session(session)
+        return
+    with _kept_lock:
+        _kept.setdefault(leftovers.url, []).append((session, leftovers))
+
+
+def release_kept() -> None:
+    """At the end of an invocation (dbt's cleanup), and of the process."""
+    with _kept_lock:
+        kept = [session for sessions in _kept.values() for session, _ in sessions]
+        _kept.clear()
+    for session in kept:
+        close_session(session)
+
+
+atexit.register(release_kept)
+
+
 def close_session(session: Any) -> None:
-    # Releases the session on the server; best effort, as pyspark's own stop().
+    # Releases the session on the server; best effort, as pyspark's own stop(), and at once:
+    # a server that does not answer has let it go anyway.
     try:
-        session.stop()
+        with no_retries(session):
+            session.stop()
     except Exception as exc:
         logger.debug(f"Spark Connect session not released: {message(exc)}")

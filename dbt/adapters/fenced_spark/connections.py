@@ -73,8 +73,45 @@ class SessionHandle:
 
 
 class ConnectHandle(SessionHandle):
+    def __init__(self, spark: Any, url: str) -> None:
+        super().__init__(spark)
+        self.leftovers = connect.Leftovers(url)
+
+    def cursor(self) -> SessionCursor:
+        return ConnectCursor(self.spark, self.leftovers)
+
     def close(self) -> None:
-        connect.close_session(self.spark)
+        # Kept for the next node where it can be made new (connect.py): a new session would
+        # compile every query's code again.
+        connect.release(self.spark, self.leftovers)
+
+
+class ConnectCursor(SessionCursor):
+    def __init__(self, spark: Any, leftovers: connect.Leftovers) -> None:
+        super().__init__(spark)
+        self._leftovers = leftovers
+
+    def execute(self, sql: str, *parameters: Any) -> None:
+        # What the statement leaves decides whether the session may serve the next node.
+        self._leftovers.saw(sql)
+        with self._ends_reuse_if_it_fails():
+            super().execute(sql, *parameters)
+
+    def fetchall(self) -> Any:
+        with self._ends_reuse_if_it_fails():
+            return super().fetchall()
+
+    def fetchone(self) -> Any:
+        with self._ends_reuse_if_it_fails():
+            return super().fetchone()
+
+    @contextmanager
+    def _ends_reuse_if_it_fails(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as exc:
+            self._leftovers.failed(exc)
+            raise
 
 
 class FencedSessionConnectionWrapper(SessionConnectionWrapper):
@@ -176,6 +213,23 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         # run's hook statements first, as add_query does, or a replayed SET would undo ours.
         self.run_state.prime(self.get_thread_connection(), self._replay)
 
+    def cleanup_all(self) -> None:
+        # The Connect sessions kept for a next node end with the invocation.
+        super().cleanup_all()
+        connect.release_kept()
+
+    def keep_no_session(self, failed: BaseException | None = None) -> None:
+        """This connection's Connect session is not kept for another node: something ran in it
+        whose traces connect.clear cannot clear (a Python model; a session lost and replaced);
+        with `failed`, only if that call got no answer from the server."""
+        handle = getattr(self.get_thread_connection().handle, "handle", None)
+        if not isinstance(handle, ConnectHandle):
+            return
+        if failed is None:
+            handle.leftovers.reusable = False
+        else:
+            handle.leftovers.failed(failed)
+
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
         # dbt-spark re-raises every error as a new DbtRuntimeError, whose text nests one more
@@ -192,7 +246,11 @@ class FencedSparkConnectionManager(SparkConnectionManager):
     def _replay(self, sql: str) -> None:
         # A statement that no longer runs (a temp view over a table a model has dropped since)
         # must not fail models that do not use it; one that does fails on its own.
+        handle = getattr(self.get_thread_connection().handle, "handle", None)
+        leftovers = handle.leftovers if isinstance(handle, ConnectHandle) else None
         try:
+            if leftovers is not None:
+                leftovers.replaying = True
             super().add_query(sql, auto_begin=False)
         except DbtRuntimeError as exc:
             logger.warning(
@@ -200,6 +258,9 @@ class FencedSparkConnectionManager(SparkConnectionManager):
                 f"model's session (README, Run-level settings); the model runs without it: "
                 f"{sql.strip()}\n{exc.msg}"
             )
+        finally:
+            if leftovers is not None:
+                leftovers.replaying = False
 
     @classmethod
     def open(cls, connection: Connection) -> Connection:
@@ -211,7 +272,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         if creds.method == SparkConnectionMethod.SESSION:
             handle = SessionHandle(session.connection_session(creds))
         elif creds.method == FencedConnectionMethod.CONNECT:
-            handle = ConnectHandle(connect.open_session(creds))
+            spark = connect.open_session(creds, connection.name)
+            handle = ConnectHandle(spark, str(creds.host))
         else:
             opened = super().open(connection)
             if type(opened.handle) is PyhiveConnectionWrapper:

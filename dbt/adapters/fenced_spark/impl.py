@@ -196,10 +196,12 @@ class FenceSql:
                     spark.conf.unset(key)
                 else:
                     spark.conf.set(key, before)
-        except DbtRuntimeError:
+        except DbtRuntimeError as exc:
+            self.connections.keep_no_session(failed=exc)
             raise
         except Exception as exc:
             # A closed Connect channel, a dead JVM: a failed statement, as over SQL.
+            self.connections.keep_no_session(failed=exc)
             raise DbtRuntimeError(f"{shown} failed: {exc}") from exc
 
     def reconnect(self) -> None:
@@ -210,6 +212,7 @@ class FenceSql:
         if isinstance(handle, SessionHandle) and not isinstance(handle, ConnectHandle):
             return
         self._before.clear()  # what it held belonged to the old session
+        self.connections.keep_no_session()
         with suppress(Exception):  # the old one is gone; closing it is best effort
             connection.handle.close()
         connection.state = ConnectionState.INIT
@@ -851,8 +854,10 @@ class FencedSparkAdapter(SparkAdapter):
     def _python_session(self, model: str) -> Any:
         """The node's own SparkSession, where its Python runs."""
         self._check_python_method(model)
-        # Its DataFrame calls are statements no add_query sees: they may change any table.
+        # Its DataFrame calls are statements no add_query sees: they may change any table,
+        # and leave in the session what no RESET clears.
         self.connections.may_have_changed_tables()
+        self.connections.keep_no_session()
         return self.connections.get_thread_connection().handle.handle.spark
 
     @available.parse_none
@@ -988,8 +993,9 @@ class FencedSparkAdapter(SparkAdapter):
 
     def _drop_staging(self, staging: FencedSparkRelation) -> None:
         # Temp views live as long as their session. dbt closes a node's connection when the
-        # node ends, and with it a Thrift or Connect session on the server; the embedded JVM's
-        # sessions live on, so there the view is dropped.
+        # node ends, and with it a Thrift session on the server; a Connect session kept for a
+        # later node loses its temp views first (connect.clear); the embedded JVM's sessions
+        # live on, so there the view is dropped.
         runner = FenceSql(self.connections)
         if not runner.over_sql():
             runner.execute(f"DROP VIEW IF EXISTS {staging.render()}")

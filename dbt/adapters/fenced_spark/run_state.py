@@ -101,6 +101,21 @@ class RunState:
             setattr(handle, _APPLIED, done)
 
 
+def leading_words(sql: str, count: int = 6) -> str:
+    """The statement's first `count` words (dotted names whole, other marks one each), one
+    space apart: comments and line breaks between them dropped, as Spark's lexer drops them."""
+    words: list[str] = []
+    rest = sql
+    while len(words) < count:
+        rest = without_leading_comments(rest)
+        word = re.match(r"[\w$.]+|\S", rest)
+        if word is None:
+            break
+        words.append(word.group(0))
+        rest = rest[word.end() :]
+    return " ".join(words)
+
+
 def first_word(sql: str) -> str:
     """The statement's first keyword, upper-cased, after any leading comments."""
     return (without_leading_comments(sql).split(None, 1) or [""])[0].upper()
