@@ -1028,14 +1028,16 @@ def _nodes(r: Results) -> list[str]:
         runs = n.of(run)
         if not runs:
             continue
-        ratios = n.ratios(run)
-        low, high = median_interval(ratios)
+        vs, interval = "–", "–"
+        if run != NODE_STOCK:
+            ratios = n.ratios(run)
+            low, high = median_interval(ratios)
+            vs, interval = f"**{statistics.median(ratios):.3f}**", f"{low:.3f}–{high:.3f}"
         out.append(
             f"| {run} | {len(runs)} | {statistics.median(x.nodes[0] for x in runs):.2f}"
             f" | {statistics.median(n.later(run)):.2f}"
             f" | {statistics.median(x.seconds for x in runs):.2f}"
-            f" | **{statistics.median(ratios):.3f}** | {low:.3f}–{high:.3f}"
-            f" | {statistics.median(x.reused for x in runs):g} |"
+            f" | {vs} | {interval} | {statistics.median(x.reused for x in runs):g} |"
         )
     kept, new = list(NODE_RUNS)[2:4]
     if n.of(kept) and n.of(new):
