@@ -52,7 +52,7 @@ _REPLAYED_ALIKE = re.compile(r"USE\b|SET CATALOG\b", re.I)
 _IN_TRANSIT = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN"}
 
 # Sessions kept for a later node, by URL (the token is in it), most recent last; any thread's.
-_kept: dict[str, list[tuple[Any, "Leftovers"]]] = {}
+_kept: dict[str, list[Any]] = {}
 _kept_lock = threading.Lock()
 
 
@@ -173,7 +173,7 @@ def _reuse(url: str, name: str | None) -> Any:
             kept = _kept.get(url)
             if not kept:
                 return None
-            session, _ = kept.pop()
+            session = kept.pop()
         try:
             with no_retries(session):
                 dropped = clear(session)
@@ -271,13 +271,13 @@ def release(session: Any, leftovers: Leftovers) -> None:
         close_session(session)
         return
     with _kept_lock:
-        _kept.setdefault(leftovers.url, []).append((session, leftovers))
+        _kept.setdefault(leftovers.url, []).append(session)
 
 
 def release_kept() -> None:
     """At the end of an invocation (dbt's cleanup), and of the process."""
     with _kept_lock:
-        kept = [session for sessions in _kept.values() for session, _ in sessions]
+        kept = [session for sessions in _kept.values() for session in sessions]
         _kept.clear()
     for session in kept:
         close_session(session)
