@@ -10,7 +10,7 @@ each node, in the order it ran, and of the whole run."""
 import json
 import statistics
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,11 @@ class NodesRun:
     seconds: float  # the invocation's elapsed_time
     reused: int  # connections that took a kept Connect session
 
+    @property
+    def later(self) -> float:
+        """The median time of the nodes after the first."""
+        return statistics.median(self.nodes[1:])
+
 
 @dataclass
 class Nodes:
@@ -52,12 +57,12 @@ class Nodes:
 
     def later(self, run: str) -> list[float]:
         """Per batch, the median time of the nodes after the first."""
-        return [statistics.median(r.nodes[1:]) for r in self.of(run)]
+        return [r.later for r in self.of(run)]
 
     def ratios(self, run: str) -> list[float]:
         """Per batch, `run`'s later nodes over stock's."""
-        stock = {r.batch: statistics.median(r.nodes[1:]) for r in self.of(STOCK)}
-        return [statistics.median(r.nodes[1:]) / stock[r.batch] for r in self.of(run)]
+        stock = {r.batch: r.later for r in self.of(STOCK)}
+        return [r.later / stock[r.batch] for r in self.of(run)]
 
 
 @contextmanager
@@ -83,7 +88,7 @@ def _measure(house: Lakehouse, run: str, batch: int, rows: int) -> NodesRun:
         if REUSED in event.info.msg:
             reused.append(event.info.msg)
 
-    with new_session_per_node() if new_sessions else _nothing():
+    with new_session_per_node() if new_sessions else nullcontext():
         results = house.dbt(
             "run",
             "--select",
@@ -98,11 +103,6 @@ def _measure(house: Lakehouse, run: str, batch: int, rows: int) -> NodesRun:
     ordered = sorted(results["results"], key=_started)
     nodes = [model_seconds({"results": [node]}, adapter) for node in ordered]
     return NodesRun(run, batch, nodes, float(results["elapsed_time"]), len(reused))
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def _started(node: dict) -> str:

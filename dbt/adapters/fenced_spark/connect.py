@@ -81,16 +81,9 @@ def in_transit(exc: BaseException) -> bool:
     """Whether a call failed without the server's answer (a lost stream, an interrupt)."""
     if not isinstance(exc, Exception):
         return True
-    try:
-        import grpc
-    except ImportError:
-        return True
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
-            return cause.code().name in _IN_TRANSIT
-        cause = cause.__cause__ or cause.__context__
-    return False  # raised before anything was sent
+    call = _rpc_call(exc)
+    # No call: raised before anything was sent.
+    return call is not None and call.code().name in _IN_TRANSIT
 
 
 def clear(session: Any) -> int:
@@ -138,20 +131,27 @@ def quiet_client() -> None:
 def message(exc: BaseException) -> str:
     """The server's own words (Spark's or Delta's), without the JVM stack or gRPC's dump."""
     text = str(exc).split(STACKTRACE, 1)[0]
+    call = _rpc_call(exc)
+    # A server's error carries its RPC only as context; its words are the exception's own.
+    # Without a server (unreachable), pyspark's message is the RPC's dump: say its status.
+    if call is not None and (call is exc or call is exc.__cause__ or "debug_error_string" in text):
+        return f"{call.code().name}: {call.details()}"
+    return text
+
+
+def _rpc_call(exc: BaseException) -> Any:
+    """The first gRPC call among the exception's causes and contexts; None without one, or
+    without gRPC (the session method needs none)."""
     try:
         import grpc
-    except ImportError:  # the session method needs no gRPC
-        return text
+    except ImportError:
+        return None
     cause: BaseException | None = exc
     while cause is not None:
-        # A server's error carries its RPC only as context; its words are the exception's own.
-        # Without a server (unreachable), pyspark's message is the RPC's dump: say its status.
         if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
-            if cause is exc or cause is exc.__cause__ or "debug_error_string" in text:
-                return f"{cause.code().name}: {cause.details()}"
-            return text
+            return cause
         cause = cause.__cause__ or cause.__context__
-    return text
+    return None
 
 
 def open_session(creds: "FencedSparkCredentials", name: str | None = None) -> Any:
@@ -233,7 +233,6 @@ def _open(url: str, creds: "FencedSparkCredentials") -> Any:
 
 def _reach(url: str) -> Any:
     from pyspark.errors import PySparkException
-    from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession
 
     try:
@@ -243,16 +242,13 @@ def _reach(url: str) -> Any:
             f"host {redact(url)!r} is not a Spark Connect URL ({message(exc)}); "
             "write it as sc://host:port/;token=...;use_ssl=true"
         ) from exc
-    # The client's own policy retries an unreachable server for minutes; while opening,
-    # connect_retries decides, then the client's default applies to the queries.
-    policies = session.client.get_retry_policies()
-    session.client.set_retry_policies([DefaultPolicy(max_retries=0)])
+    # While opening, connect_retries decides; then the client's default applies to the queries.
     try:
-        session.version  # noqa: B018 - an RPC that reaches the server without a Spark job
+        with no_retries(session):
+            session.version  # noqa: B018 - an RPC that reaches the server without a Spark job
     except Exception:
         session.client.close()
         raise
-    session.client.set_retry_policies(policies)
     return session
 
 

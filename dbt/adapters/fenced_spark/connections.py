@@ -222,13 +222,18 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         """This connection's Connect session is not kept for another node: something ran in it
         whose traces connect.clear cannot clear (a Python model; a session lost and replaced);
         with `failed`, only if that call got no answer from the server."""
-        handle = getattr(self.get_thread_connection().handle, "handle", None)
-        if not isinstance(handle, ConnectHandle):
+        leftovers = self._leftovers()
+        if leftovers is None:
             return
         if failed is None:
-            handle.leftovers.reusable = False
+            leftovers.reusable = False
         else:
-            handle.leftovers.failed(failed)
+            leftovers.failed(failed)
+
+    def _leftovers(self) -> connect.Leftovers | None:
+        # This thread's Connect session's; None for any other method.
+        handle = getattr(self.get_thread_connection().handle, "handle", None)
+        return handle.leftovers if isinstance(handle, ConnectHandle) else None
 
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
@@ -246,8 +251,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
     def _replay(self, sql: str) -> None:
         # A statement that no longer runs (a temp view over a table a model has dropped since)
         # must not fail models that do not use it; one that does fails on its own.
-        handle = getattr(self.get_thread_connection().handle, "handle", None)
-        leftovers = handle.leftovers if isinstance(handle, ConnectHandle) else None
+        leftovers = self._leftovers()
         try:
             if leftovers is not None:
                 leftovers.replaying = True
