@@ -68,7 +68,7 @@ endef
 THRIFT_TESTS := tests/functional/test_server_races.py tests/functional/test_node_transaction.py \
 	tests/functional/test_merge_fence.py tests/functional/test_snapshot_processes.py \
 	tests/functional/test_run_settings.py tests/functional/test_batch_id.py \
-	tests/functional/test_python_models.py
+	tests/functional/test_python_models.py tests/functional/test_statements.py
 CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_races.py \
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \

@@ -1,22 +1,36 @@
 """Over Thrift, a statement still running at its first poll is polled again after 10 ms,
-doubling up to the profile's poll_interval, not after poll_interval itself (no server: a
-cursor that reports RUNNING a given number of times)."""
+doubling up to the profile's poll_interval, not after poll_interval itself; statements that
+read or set only metadata are answered in the ExecuteStatement call (no server: a cursor that
+reports RUNNING a given number of times)."""
 
 from types import SimpleNamespace
 
 import pytest
 from dbt.adapters.spark import connections as spark_connections
+from dbt_common.exceptions import DbtDatabaseError
 from TCLIService.ttypes import TOperationState
 
 from dbt.adapters.fenced_spark.connections import BackoffPyhiveConnectionWrapper
 
 
+class Refused(Exception):
+    """pyhive's OperationalError: the server's response, with its status."""
+
+
 class Cursor:
-    def __init__(self, running: int, lost_once: bool = False) -> None:
+    def __init__(self, running: int, lost_once: bool = False, refuse: str = "") -> None:
         self.running, self.lost_once, self.polls = running, lost_once, 0
+        self.refuse, self.ran, self.cancelled = refuse, [], 0
 
     def execute(self, sql, bindings, async_):
         self.polls = 0
+        self.ran.append((sql, "polled" if async_ else "at once"))
+        if self.refuse and not async_:
+            status = SimpleNamespace(errorMessage=self.refuse)
+            raise Refused(SimpleNamespace(status=status))
+
+    def cancel(self):
+        self.cancelled += 1
 
     def poll(self):
         self.polls += 1
@@ -28,6 +42,10 @@ class Cursor:
             if self.polls <= self.running
             else TOperationState.FINISHED_STATE
         )
+        if self.refuse and state == TOperationState.FINISHED_STATE:
+            return SimpleNamespace(
+                operationState=TOperationState.ERROR_STATE, errorMessage=self.refuse
+            )
         return SimpleNamespace(operationState=state, errorMessage=None)
 
 
@@ -76,3 +94,74 @@ def test_query_timeout_still_ends_a_long_statement(sleeps, monkeypatch):
     ).cursor()
     with pytest.raises(Exception, match="timeout of 25 seconds"):
         polled.execute("select 1")
+
+
+@pytest.mark.parametrize(
+    "sql, how",
+    [
+        ("SET spark.databricks.delta.commitInfo.userMetadata", "at once"),
+        ("reset spark.databricks.delta.commitInfo.userMetadata", "at once"),
+        ("describe extended `s`.`t`", "at once"),
+        ("/* dbt's comment */ show table extended in s like '*'", "at once"),
+        ("EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log/{0.json}`", "at once"),
+        # statements that may run long
+        ("merge into s.t using v on v.id = t.id when matched then update set *", "polled"),
+        ("create or replace temporary view v as select 1", "polled"),
+        ("select * from s.t", "polled"),
+        ("insert into s.t select * from v", "polled"),
+    ],
+)
+def test_metadata_statements_are_answered_at_once(sleeps, sql, how):
+    cursor = Cursor(running=1)
+    wrapper(cursor).execute(sql)
+    assert cursor.ran == [(sql, how)]
+    assert sleeps == ([] if how == "at once" else [0.01])
+
+
+def test_the_fences_short_reads_are_answered_at_once(sleeps):
+    cursor = Cursor(running=3)
+    polled = wrapper(cursor)
+    polled.read_at_once = True
+    polled.execute("SELECT path FROM binaryFile.`/t/_delta_log/{0.json}`")
+    assert cursor.ran[-1][1] == "at once"
+
+
+def test_with_a_query_timeout_every_statement_is_polled(sleeps):
+    cursor = Cursor(running=1)
+    polled = BackoffPyhiveConnectionWrapper(Handle(cursor), poll_interval=5, query_timeout=60)
+    polled.cursor().execute("SET x")
+    assert cursor.ran == [("SET x", "polled")]
+
+
+def test_a_refusal_at_once_raises_as_a_polled_one_does(sleeps):
+    message = "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`t` cannot be found."
+    with pytest.raises(DbtDatabaseError) as at_once:
+        wrapper(Cursor(running=0, refuse=message)).execute("describe extended s.t")
+    with pytest.raises(DbtDatabaseError) as polled:
+        wrapper(Cursor(running=0, refuse=message)).execute("select * from s.t")
+    assert str(at_once.value) == str(polled.value)
+    assert message in str(at_once.value)
+
+
+def test_a_lost_connection_at_once_is_retried_as_dbt_spark_retries_it(sleeps):
+    class Lost(Cursor):
+        def execute(self, sql, bindings, async_):
+            super().execute(sql, bindings, async_)
+            if len(self.ran) == 1:
+                raise ConnectionResetError("the server went away")
+
+    cursor = Lost(running=0)
+    wrapper(cursor, poll_interval=3).execute("SET x")
+    assert cursor.ran == [("SET x", "at once")] * 2
+    assert sleeps == [3]
+
+
+def test_a_statement_running_at_once_is_not_cancelled(sleeps):
+    cursor = Cursor(running=0)
+    polled = wrapper(cursor)
+    polled._running_at_once = True  # as while its ExecuteStatement call waits
+    polled.cancel()
+    assert cursor.cancelled == 0
+    polled._running_at_once = False
+    polled.cancel()
+    assert cursor.cancelled == 1

@@ -12,7 +12,7 @@ from dbt.adapters.spark.connections import (
     SparkConnectionMethod,
 )
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
-from dbt_common.exceptions import DbtRuntimeError
+from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, session
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
@@ -27,6 +27,11 @@ _NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RES
 _NAMES_ANOTHER = re.compile(r"(USE|SET\s+CATALOG)\b", re.I)
 # Set on a connection's handle, which lives exactly as long as its session.
 _MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
+# Statements that read or set only metadata: over Thrift they run inside the ExecuteStatement
+# call (runAsync=false), on the thread serving the connection. In the background each would
+# start on a thread new to Hive's pool (it grows to 100 threads before reusing one and lets
+# idle ones go after 10 s), whose first metastore or file-system lookup costs 15-25 ms.
+_AT_ONCE = {"SET", "RESET", "DESCRIBE", "DESC", "SHOW", "EXPLAIN"}
 
 
 class SessionCursor(Cursor):
@@ -148,6 +153,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._next = self.FIRST
+        self.read_at_once = False  # the fence's short statements (the manager's at_once)
+        self._running_at_once = False
         super().__init__(*args, **kwargs)
 
     @property  # type: ignore[override]
@@ -162,11 +169,40 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
     def _execute_with_polling(self, sql: str, bindings: Any) -> None:
         self._next = self.FIRST
         try:
-            super()._execute_with_polling(sql, bindings)
+            # With a query_timeout every statement is polled: only a poll can time one out.
+            if self.query_timeout is None and (self.read_at_once or first_word(sql) in _AT_ONCE):
+                self._execute_at_once(sql, bindings)
+            else:
+                super()._execute_with_polling(sql, bindings)
         except BaseException:
             # A retry after a lost connection waits the whole poll_interval, as in dbt-spark.
             self._next = self.ceiling
             raise
+
+    def _execute_at_once(self, sql: str, bindings: Any) -> None:
+        if sql.strip().endswith(";"):
+            sql = sql.strip()[:-1]
+        if bindings is not None:
+            bindings = [self._fix_binding(binding) for binding in bindings]
+        assert self._cursor, "Cursor not available"
+        self._running_at_once = True
+        try:
+            self._cursor.execute(sql, bindings, async_=False)
+        except Exception as exc:
+            # The server's refusal, raised as the polled path raises it.
+            status = getattr(exc.args[0], "status", None) if exc.args else None
+            message = getattr(status, "errorMessage", None)
+            if not message:
+                raise
+            raise DbtDatabaseError(message) from exc
+        finally:
+            self._running_at_once = False
+
+    def cancel(self) -> None:
+        # A statement run at once has no handle to cancel before its answer, which its
+        # connection is busy receiving; it ends by itself.
+        if not self._running_at_once:
+            super().cancel()
 
 
 class FencedSparkConnectionManager(SparkConnectionManager):
@@ -306,8 +342,23 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             if saved is not None:
                 handle.query_retries = saved
 
-    def fetch_rows(self, sql: str) -> tuple[list[str], list[Any]]:
+    @contextmanager
+    def at_once(self, short: bool = True) -> Iterator[None]:
+        """The fence's short statements (its reads of a few commit files, its staging view)
+        are answered inside the ExecuteStatement call over Thrift, as metadata statements are."""
+        handle = self.get_thread_connection().handle
+        if not isinstance(handle, BackoffPyhiveConnectionWrapper):
+            yield
+            return
+        handle.read_at_once = short
+        try:
+            yield
+        finally:
+            handle.read_at_once = False
+
+    def fetch_rows(self, sql: str, at_once: bool = False) -> tuple[list[str], list[Any]]:
         """Raw rows with their column names; Delta's history has maps that agate would mangle."""
-        _, cursor = self.add_query(sql, auto_begin=False)
+        with self.at_once(at_once):
+            _, cursor = self.add_query(sql, auto_begin=False)
         names = [column[0] for column in cursor.description]
         return names, list(cursor.fetchall() or [])

@@ -120,18 +120,21 @@ class FenceSql:
         self._before: dict[tuple[int, str], str | None] = {}
         self.described = described
 
-    def execute(self, sql: str) -> None:
-        self.connections.add_query(sql, auto_begin=False)
+    def execute(self, sql: str, at_once: bool = False) -> None:
+        with self.connections.at_once(at_once):
+            self.connections.add_query(sql, auto_begin=False)
 
     def history(self, table: str, limit: int) -> list[Commit]:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
-    def fetch(self, sql: str) -> list[Sequence[Any]]:
-        return list(self.connections.fetch_rows(sql)[1])
+    def fetch(self, sql: str, at_once: bool = True) -> list[Sequence[Any]]:
+        # The fence's reads are of metadata and a few commit files, short but for the data
+        # probes (any_row), which are polled as the model's statements are.
+        return list(self.connections.fetch_rows(sql, at_once)[1])
 
     def any_row(self, sql: str) -> bool:
-        return bool(self.fetch(sql))
+        return bool(self.fetch(sql, at_once=False))
 
     def describe(self, table: str) -> list[Sequence[Any]]:
         # dbt-spark's own statement for a table's columns: kept for the node (`described`),
@@ -785,7 +788,8 @@ class FencedSparkAdapter(SparkAdapter):
         # The view is evaluated by the write, in this session: the header's settings hold.
         self._run_header()
         try:
-            FenceSql(self.connections).execute(str(view_sql))
+            # Analysed, not run (the write runs it): answered at once over Thrift.
+            FenceSql(self.connections).execute(str(view_sql), at_once=True)
         except DbtRuntimeError:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
             self._fence().precheck(state)
