@@ -10,7 +10,10 @@ from dbt.adapters.spark import connections as spark_connections
 from dbt_common.exceptions import DbtDatabaseError
 from TCLIService.ttypes import TOperationState
 
-from dbt.adapters.fenced_spark.connections import BackoffPyhiveConnectionWrapper
+from dbt.adapters.fenced_spark.connections import (
+    BackoffPyhiveConnectionWrapper,
+    FencedSparkConnectionManager,
+)
 
 
 class Refused(Exception):
@@ -18,14 +21,23 @@ class Refused(Exception):
 
 
 class Cursor:
-    def __init__(self, running: int, lost_once: bool = False, refuse: str = "") -> None:
+    def __init__(
+        self, running: int, lost_once: bool = False, refuse: str = "", ended: str = ""
+    ) -> None:
         self.running, self.lost_once, self.polls = running, lost_once, 0
         self.refuse, self.ran, self.cancelled = refuse, [], 0
+        # The state a statement answered at once ends in (the server's own timeout).
+        self.ended = ended
+        self.during = lambda: None  # what another thread does while the call waits
 
     def execute(self, sql, bindings, async_):
         self.polls = 0
         self.ran.append((sql, "polled" if async_ else "at once"))
-        if self.refuse and not async_:
+        if async_:
+            return
+        self.during()
+        self.running = 0  # answered: finished, or ended as the server ended it
+        if self.refuse:
             status = SimpleNamespace(errorMessage=self.refuse)
             raise Refused(SimpleNamespace(status=status))
 
@@ -42,6 +54,8 @@ class Cursor:
             if self.polls <= self.running
             else TOperationState.FINISHED_STATE
         )
+        if self.ended and state == TOperationState.FINISHED_STATE:
+            state = getattr(TOperationState, self.ended)
         if self.refuse and state == TOperationState.FINISHED_STATE:
             return SimpleNamespace(
                 operationState=TOperationState.ERROR_STATE, errorMessage=self.refuse
@@ -102,13 +116,20 @@ def test_query_timeout_still_ends_a_long_statement(sleeps, monkeypatch):
         ("SET spark.databricks.delta.commitInfo.userMetadata", "at once"),
         ("reset spark.databricks.delta.commitInfo.userMetadata", "at once"),
         ("describe extended `s`.`t`", "at once"),
-        ("/* dbt's comment */ show table extended in s like '*'", "at once"),
-        ("EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log/{0.json}`", "at once"),
-        # statements that may run long
+        ("/* dbt's comment */ DESC s.t", "at once"),
+        ("describe detail s.t", "at once"),
+        # statements that may run long: one long request is what polling avoids
         ("merge into s.t using v on v.id = t.id when matched then update set *", "polled"),
-        ("create or replace temporary view v as select 1", "polled"),
+        ("create or replace temporary view v as select * from json.`/landing`", "polled"),
         ("select * from s.t", "polled"),
         ("insert into s.t select * from v", "polled"),
+        ("show table extended in s like '*'", "polled"),
+        ("EXPLAIN SELECT * FROM json.`/landing`", "polled"),
+        ("SET VAR v = (SELECT max(id) FROM s.t)", "polled"),
+        ("set /* a comment */ variable v = 1", "polled"),
+        ("DESCRIBE QUERY SELECT * FROM json.`/landing`", "polled"),
+        ("describe select * from s.t", "polled"),
+        ("DESCRIBE HISTORY s.t", "polled"),
     ],
 )
 def test_metadata_statements_are_answered_at_once(sleeps, sql, how):
@@ -143,6 +164,16 @@ def test_a_refusal_at_once_raises_as_a_polled_one_does(sleeps):
     assert message in str(at_once.value)
 
 
+def test_a_statement_the_server_timed_out_fails_as_a_polled_one_does(sleeps):
+    # spark.sql.thriftServer.queryTimeout ends it TIMEDOUT; the call itself reports success.
+    with pytest.raises(DbtDatabaseError) as at_once:
+        wrapper(Cursor(running=0, ended="TIMEDOUT_STATE")).execute("describe extended s.t")
+    with pytest.raises(DbtDatabaseError) as polled:
+        wrapper(Cursor(running=0, ended="TIMEDOUT_STATE")).execute("select * from s.t")
+    assert str(at_once.value) == str(polled.value)
+    assert "TIMEDOUT_STATE" in str(at_once.value)
+
+
 def test_a_lost_connection_at_once_is_retried_as_dbt_spark_retries_it(sleeps):
     class Lost(Cursor):
         def execute(self, sql, bindings, async_):
@@ -156,12 +187,40 @@ def test_a_lost_connection_at_once_is_retried_as_dbt_spark_retries_it(sleeps):
     assert sleeps == [3]
 
 
-def test_a_statement_running_at_once_is_not_cancelled(sleeps):
+def test_a_cancel_while_a_statement_runs_at_once_fails_it_when_answered(sleeps):
+    # Ctrl-C from dbt's main thread: no handle to cancel yet, and the connection is busy.
     cursor = Cursor(running=0)
     polled = wrapper(cursor)
-    polled._running_at_once = True  # as while its ExecuteStatement call waits
-    polled.cancel()
+    cursor.during = polled.cancel
+    with pytest.raises(DbtDatabaseError, match="CANCELED_STATE"):
+        polled.execute("SET spark.databricks.delta.commitInfo.userMetadata=x")
     assert cursor.cancelled == 0
-    polled._running_at_once = False
-    polled.cancel()
+    cursor.during = lambda: None
+    polled.execute("SET y")  # the next statement is not taken for cancelled
+    polled.cancel()  # nothing running at once: the operation is cancelled
     assert cursor.cancelled == 1
+
+
+def manager_on(handle, primed: list) -> FencedSparkConnectionManager:
+    manager = FencedSparkConnectionManager.__new__(FencedSparkConnectionManager)
+    manager.get_thread_connection = lambda: SimpleNamespace(handle=handle)  # type: ignore[method-assign]
+    manager.prime = lambda: primed.append(handle.read_at_once)  # type: ignore[method-assign]
+    return manager
+
+
+def test_the_runs_hook_statements_replayed_first_are_not_the_fences_short_reads(sleeps):
+    # A new session gets the run's hook statements before the fence's read: they are polled.
+    handle, primed = wrapper(Cursor(running=0)), []
+    with manager_on(handle, primed).at_once():
+        assert handle.read_at_once
+    assert primed == [False]
+    assert not handle.read_at_once
+
+
+def test_a_nested_polled_read_gives_the_outer_one_back(sleeps):
+    handle = wrapper(Cursor(running=0))
+    manager = manager_on(handle, [])
+    with manager.at_once():
+        with manager.at_once(False):
+            assert not handle.read_at_once
+        assert handle.read_at_once

@@ -6,6 +6,7 @@ from typing import Any
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark import connections as spark_connections
 from dbt.adapters.spark.connections import (
     PyhiveConnectionWrapper,
     SparkConnectionManager,
@@ -16,7 +17,12 @@ from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, session
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
-from dbt.adapters.fenced_spark.run_state import RunState, first_word, without_leading_comments
+from dbt.adapters.fenced_spark.run_state import (
+    RunState,
+    first_word,
+    leading_words,
+    without_leading_comments,
+)
 
 logger = AdapterLogger("FencedSpark")
 
@@ -27,11 +33,19 @@ _NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RES
 _NAMES_ANOTHER = re.compile(r"(USE|SET\s+CATALOG)\b", re.I)
 # Set on a connection's handle, which lives exactly as long as its session.
 _MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
-# Statements that read or set only metadata: over Thrift they run inside the ExecuteStatement
-# call (runAsync=false), on the thread serving the connection. In the background each would
-# start on a thread new to Hive's pool (it grows to 100 threads before reusing one and lets
-# idle ones go after 10 s), whose first metastore or file-system lookup costs 15-25 ms.
-_AT_ONCE = {"SET", "RESET", "DESCRIBE", "DESC", "SHOW", "EXPLAIN"}
+# Statements that read or set only metadata run over Thrift inside the ExecuteStatement call
+# (runAsync=false), on the thread serving the connection. In the background each would start
+# on a thread new to Hive's pool (it grows to 100 threads before reusing one and lets idle ones
+# go after 10 s), whose first metastore or file-system lookup costs 15-25 ms. Not SHOW (SHOW
+# TABLE EXTENDED of a big schema takes minutes), SET VAR (runs its query), DESCRIBE of a query
+# (may infer a schema) or DESCRIBE HISTORY (a job): one long request is what polling avoids.
+_AT_ONCE = {"SET", "RESET", "DESCRIBE", "DESC"}
+_NOT_AT_ONCE = {"VAR", "VARIABLE", "QUERY", "HISTORY", "SELECT", "WITH", "FROM", "VALUES", "("}
+
+
+def answered_at_once(sql: str) -> bool:
+    first, _, second = leading_words(sql, 2).upper().partition(" ")
+    return first in _AT_ONCE and second not in _NOT_AT_ONCE
 
 
 class SessionCursor(Cursor):
@@ -154,7 +168,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._next = self.FIRST
         self.read_at_once = False  # the fence's short statements (the manager's at_once)
-        self._running_at_once = False
+        self._at_once = threading.Lock()  # orders a cancel from another thread with the call
+        self._running_at_once = self._cancelled = False
         super().__init__(*args, **kwargs)
 
     @property  # type: ignore[override]
@@ -170,7 +185,7 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         self._next = self.FIRST
         try:
             # With a query_timeout every statement is polled: only a poll can time one out.
-            if self.query_timeout is None and (self.read_at_once or first_word(sql) in _AT_ONCE):
+            if self.query_timeout is None and (self.read_at_once or answered_at_once(sql)):
                 self._execute_at_once(sql, bindings)
             else:
                 super()._execute_with_polling(sql, bindings)
@@ -185,7 +200,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         if bindings is not None:
             bindings = [self._fix_binding(binding) for binding in bindings]
         assert self._cursor, "Cursor not available"
-        self._running_at_once = True
+        with self._at_once:
+            self._running_at_once, self._cancelled = True, False
         try:
             self._cursor.execute(sql, bindings, async_=False)
         except Exception as exc:
@@ -196,13 +212,28 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
                 raise
             raise DbtDatabaseError(message) from exc
         finally:
-            self._running_at_once = False
+            with self._at_once:
+                self._running_at_once = False
+        # A cancel while the call ran, or the server's own timeout, ends the statement as a
+        # polled one ends (one look at its state: the call reports neither).
+        state = self._cursor.poll()
+        if self._cancelled:
+            raise DbtDatabaseError("Query failed with status: CANCELED_STATE")
+        if state.errorMessage:
+            raise DbtDatabaseError(state.errorMessage)
+        states = spark_connections.ThriftState
+        if state.operationState != states.FINISHED_STATE:
+            name = states._VALUES_TO_NAMES.get(state.operationState, state.operationState)
+            raise DbtDatabaseError(f"Query failed with status: {name}")
 
     def cancel(self) -> None:
         # A statement run at once has no handle to cancel before its answer, which its
-        # connection is busy receiving; it ends by itself.
-        if not self._running_at_once:
-            super().cancel()
+        # connection is busy receiving: it fails as cancelled when the answer comes.
+        with self._at_once:
+            if self._running_at_once:
+                self._cancelled = True
+                return
+        super().cancel()
 
 
 class FencedSparkConnectionManager(SparkConnectionManager):
@@ -344,17 +375,19 @@ class FencedSparkConnectionManager(SparkConnectionManager):
 
     @contextmanager
     def at_once(self, short: bool = True) -> Iterator[None]:
-        """The fence's short statements (its reads of a few commit files, its staging view)
-        are answered inside the ExecuteStatement call over Thrift, as metadata statements are."""
+        """The fence's short reads (a few commit files, EXPLAINs of them) are answered inside
+        the ExecuteStatement call over Thrift, as metadata statements are."""
         handle = self.get_thread_connection().handle
         if not isinstance(handle, BackoffPyhiveConnectionWrapper):
             yield
             return
-        handle.read_at_once = short
+        # The run's hook statements a new session gets first are not the fence's.
+        self.prime()
+        before, handle.read_at_once = handle.read_at_once, short
         try:
             yield
         finally:
-            handle.read_at_once = False
+            handle.read_at_once = before
 
     def fetch_rows(self, sql: str, at_once: bool = False) -> tuple[list[str], list[Any]]:
         """Raw rows with their column names; Delta's history has maps that agate would mangle."""

@@ -120,17 +120,16 @@ class FenceSql:
         self._before: dict[tuple[int, str], str | None] = {}
         self.described = described
 
-    def execute(self, sql: str, at_once: bool = False) -> None:
-        with self.connections.at_once(at_once):
-            self.connections.add_query(sql, auto_begin=False)
+    def execute(self, sql: str) -> None:
+        self.connections.add_query(sql, auto_begin=False)
 
     def history(self, table: str, limit: int) -> list[Commit]:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
     def fetch(self, sql: str, at_once: bool = True) -> list[Sequence[Any]]:
-        # The fence's reads are of metadata and a few commit files, short but for the data
-        # probes (any_row), which are polled as the model's statements are.
+        # The fence's reads (commit files, EXPLAINs of them, a table's properties, confs) are
+        # answered at once over Thrift; the data probes (any_row) are polled as the model is.
         return list(self.connections.fetch_rows(sql, at_once)[1])
 
     def any_row(self, sql: str) -> bool:
@@ -788,8 +787,7 @@ class FencedSparkAdapter(SparkAdapter):
         # The view is evaluated by the write, in this session: the header's settings hold.
         self._run_header()
         try:
-            # Analysed, not run (the write runs it): answered at once over Thrift.
-            FenceSql(self.connections).execute(str(view_sql), at_once=True)
+            FenceSql(self.connections).execute(str(view_sql))
         except DbtRuntimeError:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
             self._fence().precheck(state)
