@@ -14,6 +14,7 @@ from dbt.adapters.fenced_spark.connections import (
     BackoffPyhiveConnectionWrapper,
     FencedSparkConnectionManager,
 )
+from dbt.adapters.fenced_spark.impl import FenceSql
 
 
 class Refused(Exception):
@@ -117,7 +118,7 @@ def test_query_timeout_still_ends_a_long_statement(sleeps, monkeypatch):
         ("reset spark.databricks.delta.commitInfo.userMetadata", "at once"),
         ("describe extended `s`.`t`", "at once"),
         ("/* dbt's comment */ DESC s.t", "at once"),
-        ("describe detail s.t", "at once"),
+        ("describe table s.t", "at once"),
         # statements that may run long: one long request is what polling avoids
         ("merge into s.t using v on v.id = t.id when matched then update set *", "polled"),
         ("create or replace temporary view v as select * from json.`/landing`", "polled"),
@@ -130,6 +131,9 @@ def test_query_timeout_still_ends_a_long_statement(sleeps, monkeypatch):
         ("DESCRIBE QUERY SELECT * FROM json.`/landing`", "polled"),
         ("describe select * from s.t", "polled"),
         ("DESCRIBE HISTORY s.t", "polled"),
+        ("describe detail s.t", "polled"),
+        ("DESC TABLE s.t |> WHERE id > 1", "polled"),
+        ("SET CATALOG glue", "polled"),
     ],
 )
 def test_metadata_statements_are_answered_at_once(sleeps, sql, how):
@@ -174,7 +178,8 @@ def test_a_statement_the_server_timed_out_fails_as_a_polled_one_does(sleeps):
     assert "TIMEDOUT_STATE" in str(at_once.value)
 
 
-def test_a_lost_connection_at_once_is_retried_as_dbt_spark_retries_it(sleeps):
+def test_after_a_lost_connection_at_once_the_retry_and_the_rest_are_polled(sleeps):
+    # A request that long may be what a proxy cut: polling keeps each one short.
     class Lost(Cursor):
         def execute(self, sql, bindings, async_):
             super().execute(sql, bindings, async_)
@@ -182,8 +187,10 @@ def test_a_lost_connection_at_once_is_retried_as_dbt_spark_retries_it(sleeps):
                 raise ConnectionResetError("the server went away")
 
     cursor = Lost(running=0)
-    wrapper(cursor, poll_interval=3).execute("SET x")
-    assert cursor.ran == [("SET x", "at once")] * 2
+    polled = wrapper(cursor, poll_interval=3)
+    polled.execute("SET x")
+    polled.execute("SET y")
+    assert cursor.ran == [("SET x", "at once"), ("SET x", "polled"), ("SET y", "polled")]
     assert sleeps == [3]
 
 
@@ -224,3 +231,20 @@ def test_a_nested_polled_read_gives_the_outer_one_back(sleeps):
         with manager.at_once(False):
             assert not handle.read_at_once
         assert handle.read_at_once
+
+
+@pytest.mark.parametrize(
+    "sql, at_once",
+    [
+        ("EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log/{0.json,1.json}`", True),
+        ("SHOW TBLPROPERTIES `s`.`t`", True),
+        # jobs, which may wait behind others' on a shared cluster
+        ("SELECT path, content FROM binaryFile.`/t/_delta_log/{0.json,1.json}`", False),
+        ("SELECT 1 FROM (SELECT * FROM `s`.`t` VERSION AS OF 3) LIMIT 1", False),
+    ],
+)
+def test_the_fence_answers_at_once_only_what_runs_no_spark_job(sql, at_once):
+    asked = []
+    connections = SimpleNamespace(fetch_rows=lambda sql, short: asked.append(short) or ([], []))
+    FenceSql(connections).fetch(sql)  # type: ignore[arg-type]
+    assert asked == [at_once]

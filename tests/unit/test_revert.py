@@ -476,3 +476,21 @@ def test_a_failed_tag_reset_still_resets_the_strict_write_s_max_commit_attempts(
     with pytest.raises(DbtRuntimeError, match="RESET failed"), tagged:
         table.execute("delete from t")
     assert MAX_COMMIT_ATTEMPTS not in table.conf
+
+
+def test_a_tag_whose_set_applied_and_then_failed_is_reset():
+    # Over Thrift a cancel while the SET ran fails it after the server applied it.
+    class Cancelled(FakeTable):
+        def set_session_conf(self, key: str, value: str | None) -> None:
+            super().set_session_conf(key, value)
+            if key == USER_METADATA and value is not None:
+                raise DbtRuntimeError("Query failed with status: CANCELED_STATE")
+
+    table = Cancelled()
+    with (
+        pytest.raises(DbtRuntimeError, match="CANCELED_STATE"),
+        fence(table).tagged(state(), "write"),
+    ):
+        table.execute("merge into t")
+    assert table.conf.get(USER_METADATA) is None
+    assert len(table.commits) == 1  # the write never ran

@@ -33,19 +33,24 @@ _NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RES
 _NAMES_ANOTHER = re.compile(r"(USE|SET\s+CATALOG)\b", re.I)
 # Set on a connection's handle, which lives exactly as long as its session.
 _MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
-# Statements that read or set only metadata run over Thrift inside the ExecuteStatement call
-# (runAsync=false), on the thread serving the connection. In the background each would start
-# on a thread new to Hive's pool (it grows to 100 threads before reusing one and lets idle ones
-# go after 10 s), whose first metastore or file-system lookup costs 15-25 ms. Not SHOW (SHOW
-# TABLE EXTENDED of a big schema takes minutes), SET VAR (runs its query), DESCRIBE of a query
-# (may infer a schema) or DESCRIBE HISTORY (a job): one long request is what polling avoids.
+# Statements that run no Spark job and cannot run long are answered over Thrift inside the
+# ExecuteStatement call (runAsync=false), on the thread serving the connection. In the
+# background each would start on a thread new to Hive's pool (it grows to 100 threads before
+# reusing one and lets idle ones go after 10 s), whose first metastore or file-system lookup
+# costs 15-25 ms. Not SHOW (SHOW TABLE EXTENDED of a big schema takes minutes), SET VAR (runs
+# its query), SET CATALOG (may start a catalog plugin), DESCRIBE of a query (may infer a
+# schema), DESCRIBE HISTORY or DETAIL (may run a job): one long request is what polling avoids.
 _AT_ONCE = {"SET", "RESET", "DESCRIBE", "DESC"}
-_NOT_AT_ONCE = {"VAR", "VARIABLE", "QUERY", "HISTORY", "SELECT", "WITH", "FROM", "VALUES", "("}
+_NOT_AT_ONCE = {
+    *("VAR", "VARIABLE", "CATALOG", "QUERY", "HISTORY", "DETAIL"),
+    *("SELECT", "WITH", "FROM", "VALUES", "MAP", "REDUCE", "("),
+}
 
 
 def answered_at_once(sql: str) -> bool:
     first, _, second = leading_words(sql, 2).upper().partition(" ")
-    return first in _AT_ONCE and second not in _NOT_AT_ONCE
+    # `|>`: a query in pipe syntax (DESCRIBE TABLE t |> WHERE ...)
+    return first in _AT_ONCE and second not in _NOT_AT_ONCE and "|>" not in sql
 
 
 class SessionCursor(Cursor):
@@ -169,7 +174,7 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         self._next = self.FIRST
         self.read_at_once = False  # the fence's short statements (the manager's at_once)
         self._at_once = threading.Lock()  # orders a cancel from another thread with the call
-        self._running_at_once = self._cancelled = False
+        self._running_at_once = self._cancelled = self._lost = False
         super().__init__(*args, **kwargs)
 
     @property  # type: ignore[override]
@@ -183,15 +188,18 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
 
     def _execute_with_polling(self, sql: str, bindings: Any) -> None:
         self._next = self.FIRST
+        # With a query_timeout every statement is polled: only a poll can time one out. After a
+        # lost connection, too: a request that long is what polling keeps short.
+        at_once = self.read_at_once or answered_at_once(sql)
         try:
-            # With a query_timeout every statement is polled: only a poll can time one out.
-            if self.query_timeout is None and (self.read_at_once or answered_at_once(sql)):
+            if at_once and self.query_timeout is None and not self._lost:
                 self._execute_at_once(sql, bindings)
             else:
                 super()._execute_with_polling(sql, bindings)
-        except BaseException:
+        except BaseException as exc:
             # A retry after a lost connection waits the whole poll_interval, as in dbt-spark.
             self._next = self.ceiling
+            self._lost = self._lost or isinstance(exc, spark_connections.CONNECTION_LOST_EXCEPTIONS)
             raise
 
     def _execute_at_once(self, sql: str, bindings: Any) -> None:
@@ -203,21 +211,23 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         with self._at_once:
             self._running_at_once, self._cancelled = True, False
         try:
-            self._cursor.execute(sql, bindings, async_=False)
-        except Exception as exc:
-            # The server's refusal, raised as the polled path raises it.
-            status = getattr(exc.args[0], "status", None) if exc.args else None
-            message = getattr(status, "errorMessage", None)
-            if not message:
-                raise
-            raise DbtDatabaseError(message) from exc
+            try:
+                self._cursor.execute(sql, bindings, async_=False)
+            except Exception as exc:
+                # The server's refusal, raised as the polled path raises it.
+                status = getattr(exc.args[0], "status", None) if exc.args else None
+                message = getattr(status, "errorMessage", None)
+                if not message:
+                    raise
+                raise DbtDatabaseError(message) from exc
+            # One look at the finished operation: the server's own timeout ends it in a state
+            # the call does not report.
+            state = self._cursor.poll()
         finally:
             with self._at_once:
-                self._running_at_once = False
-        # A cancel while the call ran, or the server's own timeout, ends the statement as a
-        # polled one ends (one look at its state: the call reports neither).
-        state = self._cursor.poll()
-        if self._cancelled:
+                self._running_at_once, cancelled = False, self._cancelled
+        # A cancel while the call ran fails the statement as a polled one fails.
+        if cancelled:
             raise DbtDatabaseError("Query failed with status: CANCELED_STATE")
         if state.errorMessage:
             raise DbtDatabaseError(state.errorMessage)
@@ -227,8 +237,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
             raise DbtDatabaseError(f"Query failed with status: {name}")
 
     def cancel(self) -> None:
-        # A statement run at once has no handle to cancel before its answer, which its
-        # connection is busy receiving: it fails as cancelled when the answer comes.
+        # A statement run at once has no handle to cancel before its answer, and its
+        # connection is busy with the call: it fails as cancelled when its answer comes.
         with self._at_once:
             if self._running_at_once:
                 self._cancelled = True
@@ -375,8 +385,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
 
     @contextmanager
     def at_once(self, short: bool = True) -> Iterator[None]:
-        """The fence's short reads (a few commit files, EXPLAINs of them) are answered inside
-        the ExecuteStatement call over Thrift, as metadata statements are."""
+        """The fence's own statements that run no Spark job (its EXPLAINs, a table's
+        properties) are answered inside the ExecuteStatement call over Thrift, as SET is."""
         handle = self.get_thread_connection().handle
         if not isinstance(handle, BackoffPyhiveConnectionWrapper):
             yield

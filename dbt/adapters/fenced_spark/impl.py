@@ -84,6 +84,10 @@ _GONE_SINCE_VB = re.compile(
     r"|FileNotFound|PATH_NOT_FOUND"
 )
 
+# The fence's own statements that run no Spark job (FenceSql.fetch): its EXPLAINs of commit
+# files and of its target, SHOW TBLPROPERTIES.
+_NO_JOB = {"EXPLAIN", "SHOW"}
+
 # Strategies that never pin at compile time: unfenced by design, or fenced per batch.
 UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
 
@@ -127,13 +131,13 @@ class FenceSql:
         names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
-    def fetch(self, sql: str, at_once: bool = True) -> list[Sequence[Any]]:
-        # The fence's reads (commit files, EXPLAINs of them, a table's properties, confs) are
-        # answered at once over Thrift; the data probes (any_row) are polled as the model is.
-        return list(self.connections.fetch_rows(sql, at_once)[1])
+    def fetch(self, sql: str) -> list[Sequence[Any]]:
+        # Answered at once over Thrift where no Spark job runs (_NO_JOB); its reads of commit
+        # files and of rows are jobs, which may wait behind others' on a shared cluster: polled.
+        return list(self.connections.fetch_rows(sql, first_word(sql) in _NO_JOB)[1])
 
     def any_row(self, sql: str) -> bool:
-        return bool(self.fetch(sql, at_once=False))
+        return bool(self.fetch(sql))
 
     def describe(self, table: str) -> list[Sequence[Any]]:
         # dbt-spark's own statement for a table's columns: kept for the node (`described`),

@@ -191,11 +191,12 @@ class Fence:
         user = self.user_metadata()
         tag = replace(state.tag(step), user_metadata=user)
         self._sent += 1
-        self.runner.set_session_conf(USER_METADATA, tag.to_json())
-        if strict:
-            self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
         resets = [(USER_METADATA, user), *([(MAX_COMMIT_ATTEMPTS, None)] if strict else [])]
         try:
+            # A SET that failed may still have applied (a cancel while it ran): reset as well.
+            self.runner.set_session_conf(USER_METADATA, tag.to_json())
+            if strict:
+                self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
             yield
         except BaseException:
             # A lost session fails the RESETs too: they must not replace what failed first.
