@@ -203,38 +203,20 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
             raise
 
     def _execute_at_once(self, sql: str, bindings: Any) -> None:
-        if sql.strip().endswith(";"):
-            sql = sql.strip()[:-1]
-        if bindings is not None:
-            bindings = [self._fix_binding(binding) for binding in bindings]
-        assert self._cursor, "Cursor not available"
+        # dbt-spark's own execute, poll and state checks, around a call answered at once: its
+        # one poll then finds the statement ended (or ended by the server's own timeout).
         with self._at_once:
             self._running_at_once, self._cancelled = True, False
+        cursor, self._cursor = self._cursor, _AnsweredAtOnce(self._cursor)
         try:
-            try:
-                self._cursor.execute(sql, bindings, async_=False)
-            except Exception as exc:
-                # The server's refusal, raised as the polled path raises it.
-                status = getattr(exc.args[0], "status", None) if exc.args else None
-                message = getattr(status, "errorMessage", None)
-                if not message:
-                    raise
-                raise DbtDatabaseError(message) from exc
-            # One look at the finished operation: the server's own timeout ends it in a state
-            # the call does not report.
-            state = self._cursor.poll()
+            super()._execute_with_polling(sql, bindings)
         finally:
+            self._cursor = cursor
             with self._at_once:
                 self._running_at_once, cancelled = False, self._cancelled
-        # A cancel while the call ran fails the statement as a polled one fails.
         if cancelled:
+            # as a cancelled statement fails when polled
             raise DbtDatabaseError("Query failed with status: CANCELED_STATE")
-        if state.errorMessage:
-            raise DbtDatabaseError(state.errorMessage)
-        states = spark_connections.ThriftState
-        if state.operationState != states.FINISHED_STATE:
-            name = states._VALUES_TO_NAMES.get(state.operationState, state.operationState)
-            raise DbtDatabaseError(f"Query failed with status: {name}")
 
     def cancel(self) -> None:
         # A statement run at once has no handle to cancel before its answer, and its
@@ -244,6 +226,28 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
                 self._cancelled = True
                 return
         super().cancel()
+
+
+class _AnsweredAtOnce:
+    """A pyhive cursor whose execute runs with runAsync=false: the call returns when the
+    statement has ended."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, bindings: Any, async_: bool) -> None:
+        try:
+            self._cursor.execute(sql, bindings, async_=False)
+        except Exception as exc:
+            # The server's refusal comes with the call's answer: raised as a polled one is.
+            status = getattr(exc.args[0], "status", None) if exc.args else None
+            message = getattr(status, "errorMessage", None)
+            if not message:
+                raise
+            raise DbtDatabaseError(message) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 class FencedSparkConnectionManager(SparkConnectionManager):
