@@ -797,6 +797,7 @@ class FencedSparkAdapter(SparkAdapter):
         self._run_header()
         try:
             FenceSql(self.connections).execute(str(view_sql))
+            self._node().staged_on = self.connections.get_thread_connection().handle
         except DbtRuntimeError:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
             self._fence().precheck(state)
@@ -938,14 +939,11 @@ class FencedSparkAdapter(SparkAdapter):
             result = self._fenced_run(state, sql, int(retries), restage, no_retry)
         except BaseException:
             txn.phase = Phase.DONE
-            # A lost session fails the cleanup too: it must not replace the fence's error. Over
-            # Thrift a failed node's session may be cancelled: it takes its views with it.
-            if not FenceSql(self.connections).over_sql():
-                with suppress(Exception):
-                    self._drop_staging(staging)
+            # A lost session fails the cleanup too: it must not replace the fence's error.
+            with suppress(Exception):
+                self._drop_staging(staging, failed=True)
             raise
         txn.phase = Phase.DONE
-        self._drop_staging(staging)
         # Post-hooks tag their commits with the attempt that committed.
         txn.state = replace(state, read_version=result.read_version, attempt=result.attempt)
         over = [j.describe() for j in result.tolerated]
@@ -969,6 +967,7 @@ class FencedSparkAdapter(SparkAdapter):
         )
         # A post-hook or grant failing after this commit leaves dbt's response empty.
         self._responses.record(txn.node, response.to_dict(omit_none=True))
+        self._drop_staging(staging)
         return response
 
     def _fenced_run(
@@ -1004,16 +1003,25 @@ class FencedSparkAdapter(SparkAdapter):
             return None
         return list(verify.own_steps(fence, state, commits))
 
-    def _drop_staging(self, staging: FencedSparkRelation) -> None:
-        # Temp views live as long as their session. A Connect session kept for a later node
-        # loses its temp views first (connect.clear). The embedded JVM's sessions live on. A
-        # Thrift session ends with the node, but closing it analyses each temp view's query
-        # again to uncache it (Delta's snapshot at vB): 45 ms, against 11 ms for this DROP,
-        # which finds the view by name and runs no job, so it is answered at once.
+    def _drop_staging(self, staging: FencedSparkRelation, failed: bool = False) -> None:
+        # Temp views live as long as their session. The embedded JVM's sessions live on. A
+        # Connect session kept for a later node loses its temp views first (connect.clear).
         runner = FenceSql(self.connections)
-        if not runner.over_connect():
-            with self.connections.at_once():
-                runner.execute(f"DROP VIEW IF EXISTS {staging.render()}")
+        drop = f"DROP VIEW IF EXISTS {staging.render()}"
+        if not runner.over_sql():
+            runner.execute(drop)
+            return
+        # A Thrift session ends with the node, but closing it analyses each temp view's query
+        # again to uncache it (Delta's snapshot at vB): 45 ms, against 6-11 ms for this DROP,
+        # which uncaches by name and runs no job, so it is answered at once. Only on the
+        # session that holds the view (after a reconnect the name could find a permanent
+        # view), after a verdict (a failed node's session may be cancelled or lost), and
+        # never failing the node: its session ends anyway.
+        handle = self.connections.get_thread_connection().handle
+        if runner.over_connect() or failed or self._node().staged_on is not handle:
+            return
+        with suppress(Exception), self.connections.at_once():
+            runner.execute(drop)
 
     def _scoped(
         self,

@@ -64,6 +64,8 @@ class NodeTransaction:
     current_schema: str | None = None
     # The model's language: a Python model runs at staging (python_model.py).
     language: str = "sql"
+    # The connection handle whose session holds the staging view: a reconnect opens another.
+    staged_on: Any = None
     # As configured, for what compile time commits or refuses; fence_begin has the last word.
     strategy: str = "unknown"
     # The model's fence_accept_unverified, as configured, for a check made at compile time.
