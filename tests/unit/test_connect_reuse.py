@@ -21,12 +21,18 @@ class FakeSession:
             isModifiable=lambda key: True, set=lambda k, v: self.sent.append(f"conf {k}={v}")
         )
         self.policies = ["the client's own"]
+        self.reattachable = True  # pyspark's default
+        self.plain: list[str] = []  # statements sent without reattachable execution
         self.client = SimpleNamespace(
             get_retry_policies=lambda: self.policies,
             set_retry_policies=lambda p: setattr(self, "policies", p),
+            disable_reattachable_execute=lambda: setattr(self, "reattachable", False),
+            enable_reattachable_execute=lambda: setattr(self, "reattachable", True),
         )
 
     def sql(self, statement):
+        if not self.reattachable:
+            self.plain.append(statement)
         if self.fails is not None:
             raise self.fails
         self.sent.append(statement)
@@ -163,6 +169,9 @@ def test_temp_views_are_dropped_by_their_listed_names_before_the_reset():
     ]
     assert session.dropped == ["Staged__fence_0a", "cached"]
     assert session.policies == ["the client's own"]  # given back after the reset
+    # No job, nothing long: one plain stream each, and reattachable execution given back.
+    assert session.plain == ["SHOW VIEWS IN global_temp", "RESET"]
+    assert session.reattachable
 
 
 def test_a_session_that_does_not_answer_is_closed_at_once_and_a_new_one_opened(monkeypatch):
@@ -219,3 +228,55 @@ def test_an_interrupt_ends_reuse_a_client_side_error_does_not():
     unsent = connect.Leftovers("sc://h")
     unsent.failed(ValueError("raised before anything was sent"))
     assert unsent.reusable
+
+
+@pytest.mark.parametrize(
+    "sql, fence_short, plain",
+    [
+        ("describe extended s.t", False, True),
+        ("SET spark.sql.shuffle.partitions", False, True),
+        ("EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log/{0.json}`", True, True),
+        # the write, the model's SQL, a DESCRIBE of a query: may run long, stay reattachable
+        ("merge into s.t using v on s.t.id = v.id when matched then update set *", False, False),
+        ("select * from s.t", False, False),
+        ("describe query select * from s.t", False, False),
+    ],
+)
+def test_only_short_statements_leave_reattachable_execution(sql, fence_short, plain):
+    from dbt.adapters.fenced_spark.connections import ConnectCursor, ConnectHandle
+
+    session = FakeSession()
+    handle = ConnectHandle(session, "sc://h:15002")
+    handle.read_at_once = fence_short
+    cursor = ConnectCursor(session, handle.leftovers, handle)
+    cursor.execute(sql)
+    assert session.plain == ([sql] if plain else [])
+    assert session.reattachable
+
+
+def test_reattachable_execution_comes_back_after_a_short_statement_fails():
+    from dbt.adapters.fenced_spark.connections import ConnectCursor
+
+    failing = FakeSession(fails=RuntimeError("the server said no"))
+    with pytest.raises(RuntimeError):
+        ConnectCursor(failing, connect.Leftovers("sc://h:15002")).execute("describe s.t")
+    assert failing.plain == ["describe s.t"] and failing.reattachable
+
+
+def test_the_fences_short_reads_are_short_over_connect_too():
+    from dbt.adapters.fenced_spark.connections import (
+        ConnectHandle,
+        FencedSessionConnectionWrapper,
+        FencedSparkConnectionManager,
+    )
+
+    handle = ConnectHandle(FakeSession(), "sc://h:15002")
+    manager = FencedSparkConnectionManager.__new__(FencedSparkConnectionManager)
+    connection = SimpleNamespace(handle=FencedSessionConnectionWrapper(handle))  # type: ignore[arg-type]
+    manager.get_thread_connection = lambda: connection  # type: ignore[method-assign]
+    manager.prime = lambda: None  # type: ignore[method-assign]
+    with manager.at_once():
+        assert handle.read_at_once
+        with manager.at_once(False):
+            assert not handle.read_at_once
+    assert not handle.read_at_once

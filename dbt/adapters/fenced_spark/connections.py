@@ -100,9 +100,10 @@ class ConnectHandle(SessionHandle):
     def __init__(self, spark: Any, url: str) -> None:
         super().__init__(spark)
         self.leftovers = connect.Leftovers(url)
+        self.read_at_once = False  # the fence's short statements (the manager's at_once)
 
     def cursor(self) -> SessionCursor:
-        return ConnectCursor(self.spark, self.leftovers)
+        return ConnectCursor(self.spark, self.leftovers, self)
 
     def close(self) -> None:
         # Kept for the next node where it can be made new (connect.py): a new session would
@@ -111,22 +112,27 @@ class ConnectHandle(SessionHandle):
 
 
 class ConnectCursor(SessionCursor):
-    def __init__(self, spark: Any, leftovers: connect.Leftovers) -> None:
+    def __init__(
+        self, spark: Any, leftovers: connect.Leftovers, handle: ConnectHandle | None = None
+    ) -> None:
         super().__init__(spark)
         self._leftovers = leftovers
+        self._handle = handle
+        self._short = False
 
     def execute(self, sql: str, *parameters: Any) -> None:
         # What the statement leaves decides whether the session may serve the next node.
         self._leftovers.saw(sql)
-        with self._ends_reuse_if_it_fails():
+        self._short = answered_at_once(sql) or bool(self._handle and self._handle.read_at_once)
+        with self._ends_reuse_if_it_fails(), connect.short_call(self._spark, self._short):
             super().execute(sql, *parameters)
 
     def fetchall(self) -> Any:
-        with self._ends_reuse_if_it_fails():
+        with self._ends_reuse_if_it_fails(), connect.short_call(self._spark, self._short):
             return super().fetchall()
 
     def fetchone(self) -> Any:
-        with self._ends_reuse_if_it_fails():
+        with self._ends_reuse_if_it_fails(), connect.short_call(self._spark, self._short):
             return super().fetchone()
 
     @contextmanager
@@ -390,9 +396,12 @@ class FencedSparkConnectionManager(SparkConnectionManager):
     @contextmanager
     def at_once(self, short: bool = True) -> Iterator[None]:
         """The fence's own statements that run no Spark job (its EXPLAINs, a table's
-        properties) are answered inside the ExecuteStatement call over Thrift, as SET is."""
-        handle = self.get_thread_connection().handle
+        properties) are answered inside the ExecuteStatement call over Thrift, as SET is, and
+        in one plain ExecutePlan stream over Connect (connect.short_call)."""
+        handle: Any = self.get_thread_connection().handle
         if not isinstance(handle, BackoffPyhiveConnectionWrapper):
+            handle = getattr(handle, "handle", None)
+        if not isinstance(handle, (BackoffPyhiveConnectionWrapper, ConnectHandle)):
             yield
             return
         # The run's hook statements a new session gets first are not the fence's.
