@@ -16,7 +16,7 @@ class FakeSession:
         self.stopped = False
         self.fails = fails
         self.temp_views = list(temp_views)
-        self.catalog = SimpleNamespace(dropTempView=self.dropped.append)
+        self.catalog = SimpleNamespace(dropTempView=self._drop)
         self.conf = SimpleNamespace(
             isModifiable=lambda key: True, set=lambda k, v: self.sent.append(f"conf {k}={v}")
         )
@@ -30,9 +30,16 @@ class FakeSession:
             enable_reattachable_execute=lambda: setattr(self, "reattachable", True),
         )
 
-    def sql(self, statement):
+    def _plain(self, call: str) -> None:
         if not self.reattachable:
-            self.plain.append(statement)
+            self.plain.append(call)
+
+    def _drop(self, view: str) -> None:
+        self._plain(f"drop {view}")
+        self.dropped.append(view)
+
+    def sql(self, statement):
+        self._plain(statement)
         if self.fails is not None:
             raise self.fails
         self.sent.append(statement)
@@ -40,7 +47,12 @@ class FakeSession:
             SimpleNamespace(namespace="", viewName=v, isTemporary=True) for v in self.temp_views
         ]
         rows.append(SimpleNamespace(namespace="global_temp", viewName="g", isTemporary=True))
-        return SimpleNamespace(collect=lambda: rows)
+
+        def collect():
+            self._plain(f"collect {statement}")
+            return rows
+
+        return SimpleNamespace(collect=collect)
 
     def stop(self):
         self.stopped = True
@@ -170,7 +182,13 @@ def test_temp_views_are_dropped_by_their_listed_names_before_the_reset():
     assert session.dropped == ["Staged__fence_0a", "cached"]
     assert session.policies == ["the client's own"]  # given back after the reset
     # No job, nothing long: one plain stream each, and reattachable execution given back.
-    assert session.plain == ["SHOW VIEWS IN global_temp", "RESET"]
+    assert session.plain == [
+        "SHOW VIEWS IN global_temp",
+        "collect SHOW VIEWS IN global_temp",
+        "drop Staged__fence_0a",
+        "drop cached",
+        "RESET",
+    ]
     assert session.reattachable
 
 
@@ -250,7 +268,9 @@ def test_only_short_statements_leave_reattachable_execution(sql, fence_short, pl
     handle.read_at_once = fence_short
     cursor = ConnectCursor(session, handle.leftovers, handle)
     cursor.execute(sql)
-    assert session.plain == ([sql] if plain else [])
+    handle.read_at_once = False  # the manager's at_once has ended: the fetch is the statement's
+    cursor.fetchall()
+    assert session.plain == ([sql, f"collect {sql}"] if plain else [])
     assert session.reattachable
 
 
@@ -280,3 +300,13 @@ def test_the_fences_short_reads_are_short_over_connect_too():
         with manager.at_once(False):
             assert not handle.read_at_once
     assert not handle.read_at_once
+
+
+def test_a_client_without_reattachable_execution_is_left_without_it():
+    from dbt.adapters.fenced_spark.connections import ConnectCursor
+
+    session = FakeSession()
+    session.client._use_reattachable_execute = False  # as a Python model may leave it
+    session.reattachable = False
+    ConnectCursor(session, connect.Leftovers("sc://h:15002")).execute("describe s.t")
+    assert not session.reattachable

@@ -88,19 +88,20 @@ def in_transit(exc: BaseException) -> bool:
 
 @contextmanager
 def short_call(session: Any, short: bool = True) -> Iterator[None]:
-    """A statement that runs no Spark job and cannot run long (`answered_at_once`: SET,
-    DESCRIBE of a table, the fence's EXPLAINs) in one plain ExecutePlan stream. pyspark's
-    reattachable execution, which lets a long statement outlive a stream the server or a proxy
-    ends, then releases it with a ReleaseExecute: 8-13 ms more per statement here. Everything
-    else keeps it (pyspark's default, and our sessions')."""
-    if not short:
+    """A statement that runs no Spark job (`answered_at_once`: SET, DESCRIBE of a table; the
+    fence's EXPLAINs) in one plain ExecutePlan stream. pyspark's reattachable execution, which
+    lets a long statement outlive a stream the server or a proxy ends, cost 8-13 ms more per
+    statement here (docs/limits.md has what a plain stream gives up). The write and the model's
+    SQL keep it. The client's flag is given back as it was (a Python model may set it)."""
+    client = session.client
+    if not short or not getattr(client, "_use_reattachable_execute", True):
         yield
         return
-    session.client.disable_reattachable_execute()
+    client.disable_reattachable_execute()
     try:
         yield
     finally:
-        session.client.enable_reattachable_execute()
+        client.enable_reattachable_execute()
 
 
 def clear(session: Any) -> int:
