@@ -229,14 +229,14 @@ def test_an_unreusable_session_is_closed_and_kept_ones_end_with_the_invocation(m
     "code, ends", [("UNAVAILABLE", True), ("CANCELLED", True), ("INTERNAL", False)]
 )
 def test_a_statement_that_got_no_answer_ends_reuse_the_servers_own_error_does_not(code, ends):
-    from dbt.adapters.fenced_spark.connections import ConnectCursor
+    from dbt.adapters.fenced_spark.connections import ConnectHandle
 
-    leftovers = connect.Leftovers("sc://h:15002")
     failing = FakeSession(fails=raised_from(LostStream(getattr(grpc.StatusCode, code))))
+    handle = ConnectHandle(failing, "sc://h:15002")
     with pytest.raises(RuntimeError, match="the call failed"):
-        ConnectCursor(failing, leftovers).execute("select 1")
+        handle.cursor().execute("select 1")
     # With no answer it may still run on the server: closing the session interrupts it.
-    assert leftovers.reusable is not ends
+    assert handle.leftovers.reusable is not ends
 
 
 def test_an_interrupt_ends_reuse_a_client_side_error_does_not():
@@ -261,12 +261,12 @@ def test_an_interrupt_ends_reuse_a_client_side_error_does_not():
     ],
 )
 def test_only_short_statements_leave_reattachable_execution(sql, fence_short, plain):
-    from dbt.adapters.fenced_spark.connections import ConnectCursor, ConnectHandle
+    from dbt.adapters.fenced_spark.connections import ConnectHandle
 
     session = FakeSession()
     handle = ConnectHandle(session, "sc://h:15002")
     handle.read_at_once = fence_short
-    cursor = ConnectCursor(session, handle.leftovers, handle)
+    cursor = handle.cursor()
     cursor.execute(sql)
     handle.read_at_once = False  # the manager's at_once has ended: the fetch is the statement's
     cursor.fetchall()
@@ -275,11 +275,11 @@ def test_only_short_statements_leave_reattachable_execution(sql, fence_short, pl
 
 
 def test_reattachable_execution_comes_back_after_a_short_statement_fails():
-    from dbt.adapters.fenced_spark.connections import ConnectCursor
+    from dbt.adapters.fenced_spark.connections import ConnectHandle
 
     failing = FakeSession(fails=RuntimeError("the server said no"))
     with pytest.raises(RuntimeError):
-        ConnectCursor(failing, connect.Leftovers("sc://h:15002")).execute("describe s.t")
+        ConnectHandle(failing, "sc://h:15002").cursor().execute("describe s.t")
     assert failing.plain == ["describe s.t"] and failing.reattachable
 
 
@@ -303,10 +303,10 @@ def test_the_fences_short_reads_are_short_over_connect_too():
 
 
 def test_a_client_without_reattachable_execution_is_left_without_it():
-    from dbt.adapters.fenced_spark.connections import ConnectCursor
+    from dbt.adapters.fenced_spark.connections import ConnectHandle
 
     session = FakeSession()
     session.client._use_reattachable_execute = False  # as a Python model may leave it
     session.reattachable = False
-    ConnectCursor(session, connect.Leftovers("sc://h:15002")).execute("describe s.t")
+    ConnectHandle(session, "sc://h:15002").cursor().execute("describe s.t")
     assert not session.reattachable

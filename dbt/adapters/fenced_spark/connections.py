@@ -103,7 +103,7 @@ class ConnectHandle(SessionHandle):
         self.read_at_once = False  # the fence's short statements (the manager's at_once)
 
     def cursor(self) -> SessionCursor:
-        return ConnectCursor(self.spark, self.leftovers, self)
+        return ConnectCursor(self)
 
     def close(self) -> None:
         # Kept for the next node where it can be made new (connect.py): a new session would
@@ -112,18 +112,16 @@ class ConnectHandle(SessionHandle):
 
 
 class ConnectCursor(SessionCursor):
-    def __init__(
-        self, spark: Any, leftovers: connect.Leftovers, handle: ConnectHandle | None = None
-    ) -> None:
-        super().__init__(spark)
-        self._leftovers = leftovers
+    def __init__(self, handle: ConnectHandle) -> None:
+        super().__init__(handle.spark)
         self._handle = handle
+        self._leftovers = handle.leftovers
         self._short = False
 
     def execute(self, sql: str, *parameters: Any) -> None:
         # What the statement leaves decides whether the session may serve the next node.
         self._leftovers.saw(sql)
-        self._short = answered_at_once(sql) or bool(self._handle and self._handle.read_at_once)
+        self._short = answered_at_once(sql) or self._handle.read_at_once
         with self._ends_reuse_if_it_fails(), connect.short_call(self._spark, self._short):
             super().execute(sql, *parameters)
 

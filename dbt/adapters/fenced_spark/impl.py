@@ -148,8 +148,12 @@ class FenceSql:
             self.described[table] = (changes, rows)
         return [tuple(row) for row in rows]
 
+    def _handle(self) -> Any:
+        # What dbt-spark's connection wrapper holds: ours (session, Connect) or pyhive's.
+        return getattr(self.connections.get_thread_connection().handle, "handle", None)
+
     def _session(self) -> Any:
-        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        handle = self._handle()
         if not isinstance(handle, SessionHandle):
             return None
         self.connections.prime()
@@ -247,13 +251,11 @@ class FenceSql:
 
     def over_sql(self) -> bool:
         """Thrift and Connect: the client has no JVM of its own to read the Delta log."""
-        handle = getattr(self.connections.get_thread_connection().handle, "handle", None)
+        handle = self._handle()
         return not isinstance(handle, SessionHandle) or isinstance(handle, ConnectHandle)
 
     def over_connect(self) -> bool:
-        return isinstance(
-            getattr(self.connections.get_thread_connection().handle, "handle", None), ConnectHandle
-        )
+        return isinstance(self._handle(), ConnectHandle)
 
 
 def dbt_command() -> str | None:
