@@ -1,11 +1,11 @@
-"""Part 8: several models in one run over the servers. dbt opens a connection for each node;
-over Spark Connect a new connection used to be a new session, and Spark compiles a session's
+"""Part 8: several models in one run over the servers. dbt opens a connection for each node,
+and a new connection used to be a new session: over Spark Connect Spark compiles a session's
 query code in that session's own class loader (SPARK-44795), so every node compiled its MERGE
-anew. fenced_spark now keeps a node's Connect session for the next node, reset
-(dbt/adapters/fenced_spark/connect.py). Here one `dbt run` of four copies of bench_merge on one
-thread, per batch: stock over Thrift, fenced over Thrift, fenced over Connect, and fenced over
-Connect with a new session per node (each kept session closed instead, as before). The time of
-each node, in the order it ran, and of the whole run."""
+anew; over Thrift each node paid the session's opening and closing. fenced_spark now keeps a
+node's session for the next node (dbt/adapters/fenced_spark/connect.py, thrift.py). Here one
+`dbt run` of four copies of bench_merge on one thread, per batch: stock over Thrift, fenced
+over Thrift and over Connect, each also with a new session per node (each kept session closed
+instead, as before). The time of each node, in the order it ran, and of the whole run."""
 
 import json
 import statistics
@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.lakehouse import Lakehouse, build_source, rows_label
 from bench.pairs import model_seconds
-from dbt.adapters.fenced_spark import connect
+from dbt.adapters.fenced_spark import connect, thrift
 
 MODELS = tuple(f"bench_node_{i}" for i in range(1, 5))
 STOCK = "stock over Thrift"
@@ -25,10 +25,16 @@ STOCK = "stock over Thrift"
 RUNS = {
     STOCK: ("stock_thrift", False),
     "fenced over Thrift": ("fenced_thrift", False),
+    "fenced over Thrift, a new session per node": ("fenced_thrift", True),
     "fenced over Connect": ("fenced_connect", False),
     "fenced over Connect, a new session per node": ("fenced_connect", True),
 }
-REUSED = "Spark Connect session reused"
+# Each method's run with kept sessions, and the same with a new session per node.
+KEPT_AND_NEW = (
+    ("Thrift", "fenced over Thrift", "fenced over Thrift, a new session per node"),
+    ("Connect", "fenced over Connect", "fenced over Connect, a new session per node"),
+)
+REUSED = "session reused for connection"
 
 
 @dataclass
@@ -37,7 +43,7 @@ class NodesRun:
     batch: int
     nodes: list[float]  # each node's execution_time, in the order the nodes ran
     seconds: float  # the invocation's elapsed_time
-    reused: int  # connections that took a kept Connect session
+    reused: int  # connections that took a kept session
 
     @property
     def later(self) -> float:
@@ -67,13 +73,14 @@ class Nodes:
 
 @contextmanager
 def new_session_per_node() -> Iterator[None]:
-    """What fenced_spark did before it kept sessions: each node's Connect session closed."""
-    kept = connect.release
+    """What fenced_spark did before it kept sessions: each node's session closed."""
+    released, kept = connect.release, thrift.keep
     connect.release = lambda session, leftovers: connect.close_session(session)  # type: ignore[assignment]
+    thrift.keep = lambda handle: False  # type: ignore[assignment]
     try:
         yield
     finally:
-        connect.release = kept  # type: ignore[assignment]
+        connect.release, thrift.keep = released, kept  # type: ignore[assignment]
 
 
 def _tag(rows: int, new_sessions: bool) -> str:
@@ -113,6 +120,7 @@ def run(house: Lakehouse, rows: int, batches: int, warmup: int) -> Nodes:
     result = Nodes(rows, len(MODELS))
     for kind, tag in (
         ("thrift", _tag(rows, False)),
+        ("thrift", _tag(rows, True)),
         ("connect", _tag(rows, False)),
         ("connect", _tag(rows, True)),
     ):

@@ -16,6 +16,7 @@ from bench.contention import Batch, Contention
 from bench.history import HistoryResult
 from bench.jobs import FENCE_ONLY, Count, Run
 from bench.lakehouse import rows_label
+from bench.nodes import KEPT_AND_NEW as NODE_KEPT_AND_NEW
 from bench.nodes import RUNS as NODE_RUNS
 from bench.nodes import STOCK as NODE_STOCK
 from bench.nodes import Nodes, NodesRun
@@ -1011,14 +1012,17 @@ def _nodes(r: Results) -> list[str]:
         "",
         f"One `dbt run` of four copies of `bench_merge` ({n.rows:,} rows each, a 1% batch per"
         " run) on one thread, per batch, in an order rotated per batch (`bench/nodes.py`):"
-        " stock over Thrift on dbt-spark's default profile, fenced over Thrift, fenced over"
-        " Connect, and fenced over Connect with a new Connect session per node, which is what"
-        " fenced_spark did before it kept a node's session for the next node (each kept"
-        " session closed instead). dbt opens a connection for each node. Spark compiles a"
-        " Connect session's query code in that session's own class loader and caches it per"
-        " class loader (SPARK-44795): a new session compiles every operator of a MERGE again."
-        " A kept session is RESET and its temp views dropped before the next node"
-        " (`dbt/adapters/fenced_spark/connect.py`). *first node*: the first of the run's four;"
+        " stock over Thrift on dbt-spark's default profile, fenced over Thrift and fenced over"
+        " Connect, each also with a new session per node, which is what fenced_spark did"
+        " before it kept a node's session for the next node (each kept session closed"
+        " instead). dbt opens a connection for each node. Spark compiles a Connect session's"
+        " query code in that session's own class loader and caches it per class loader"
+        " (SPARK-44795): a new session compiles every operator of a MERGE again. A kept"
+        " Connect session is RESET and its temp views dropped before the next node"
+        " (`dbt/adapters/fenced_spark/connect.py`); a Thrift session is kept only if the"
+        " statements it ran left nothing behind, and saves its opening (a socket, SASL,"
+        " OpenSession and pyhive's `USE`) and closing (`thrift.py`). *first node*: the first"
+        " of the run's four;"
         " *later nodes*: the median of the other three, per run; *vs stock*: later nodes over"
         f" stock's later nodes on the same batch, median of {len(n.of(NODE_STOCK))} batches"
         " (95% CI); *reused*: connections per run that took a kept session (dbt's own"
@@ -1042,16 +1046,17 @@ def _nodes(r: Results) -> list[str]:
             f" | {statistics.median(x.seconds for x in runs):.2f}"
             f" | {vs} | {interval} | {statistics.median(x.reused for x in runs):g} |"
         )
-    kept, new = list(NODE_RUNS)[2:4]
-    if n.of(kept) and n.of(new):
-        saved = statistics.median(n.later(new)) - statistics.median(n.later(kept))
-        out += [
-            "",
-            f"Over Connect, a node after the first took {statistics.median(n.later(kept)):.2f} s"
-            f" in a kept session and {statistics.median(n.later(new)):.2f} s in a new one:"
-            f" {saved:.2f} s per node, in a run of {n.models} models.",
-        ]
-    return out
+    said = []
+    for method, kept, new in NODE_KEPT_AND_NEW:
+        if n.of(kept) and n.of(new):
+            saved = statistics.median(n.later(new)) - statistics.median(n.later(kept))
+            said.append(
+                f"Over {method}, a node after the first took"
+                f" {statistics.median(n.later(kept)):.2f} s in a kept session and"
+                f" {statistics.median(n.later(new)):.2f} s in a new one: {saved:.2f} s per"
+                f" node, in a run of {n.models} models."
+            )
+    return out + (["", " ".join(said)] if said else [])
 
 
 def markdown(r: Results) -> str:

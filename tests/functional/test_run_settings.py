@@ -4,6 +4,7 @@ write; an unfiltered microbatch builds; a view becomes the incremental table. St
 whose embedded session is one shared session, is the control."""
 
 import json
+import re
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
@@ -312,18 +313,26 @@ class TestHookStatementsAsWritten:
     def project_config_update(self):
         return HOOKS_AS_WRITTEN
 
-    def test_data_runs_once_session_statements_reach_every_model(self, project, spark):
+    def test_data_runs_once_session_statements_reach_every_model(
+        self, project, spark, dbt_profile_name
+    ):
         s = project.test_schema
         spark.sql(f"create table {s}.legacy_src using delta as select 1 as id")
-        _, log = run_dbt_and_capture(["run"])
+        _, log = run_dbt_and_capture(["--debug", "run"])
         assert rows(spark, f"select count(*) from {s}.run_log") == [(1,)]
         assert rows(spark, f"select id from {s}.migrate") == [(1,)]
         started = rows(spark, f"select run_started from {s}.migrate")
         assert started[0][0] is not None
         assert rows(spark, f"select run_started from {s}.after_migrate") == started
         assert rows(spark, f"select tz from {s}.after_migrate") == [("America/Los_Angeles",)]
+        warned = "could not be replayed into this model's session" in log
+        if re.search(r"Thrift session reused for connection 'model\.\w+\.after_m", log):
+            # migrate left its session as the replay made it: after_migrate was served it,
+            # hook statements and all, and nothing was replayed again (thrift.py).
+            assert dbt_profile_name == "thrift" and not warned
+            return
         # after_migrate's session replayed the temp view after migrate dropped its table.
-        assert "could not be replayed into this model's session" in log
+        assert warned
 
 
 # After the run's `USE`, the model reads its own table by its bare name: a self-read, fenced.

@@ -2,11 +2,13 @@
 ExecuteStatement call and others are polled (connections.py); a refusal reads the same either
 way. Runs on every profile: the session and Connect have one path, and must agree too."""
 
+import re
+
 import pytest
-from dbt.tests.util import run_dbt
+from dbt.tests.util import run_dbt, run_dbt_and_capture
 from dbt_common.exceptions import DbtRuntimeError
 
-from tests.functional.lakehouse import rows
+from tests.functional.lakehouse import history, response_of, rows
 
 MISSING = "fenced_no_such_schema.fenced_no_such_table"
 
@@ -76,3 +78,80 @@ class TestTheStagingViewIsDroppedAfterTheWrite:
         results = run_dbt(["run", "--vars", '{"round": 1}'])
         assert results.results[0].adapter_response["fence_outcome"] == "committed"
         assert rows(spark, f"select distinct round from {project.test_schema}.staged") == [(1,)]
+
+
+# A model leaves a conf and a temp view in its session (pre-hooks); the next model fails if it
+# finds either. Every dbt connection starts as a new session would, whichever method.
+LEAVES = """
+{{ config(materialized='table', pre_hook=["set spark.sql.shuffle.partitions=7",
+          "create or replace temporary view leaked_view as select 1 as x"]) }}
+select 1 as id
+"""
+
+FINDS = """
+{{ config(materialized='table', post_hook="{{ nothing_leaked() }}") }}
+select * from {{ ref('leaves') }}
+"""
+
+NOTHING_LEAKED = """
+{% macro nothing_leaked() %}
+  {%- if execute -%}
+    {%- set partitions = run_query("set spark.sql.shuffle.partitions").rows[0][1] -%}
+    {%- set views = run_query("show views like 'leaked_view'") -%}
+    {%- set left = [] -%}
+    {%- for row in views.rows if row[2] -%}{%- do left.append(row[1]) -%}{%- endfor -%}
+    {{ log("shuffle partitions: " ~ partitions ~ "; temp views left: " ~ left, info=true) }}
+    {%- if partitions == '7' or left -%}
+      {{ exceptions.raise_compiler_error("the last model's session state reached this one") }}
+    {%- endif -%}
+  {%- endif -%}
+{% endmacro %}
+"""
+
+FENCED_MERGE = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
+select id, {{ var('round', 0) }} as round from range(1, 4)
+"""
+
+
+class TestANodeStartsWithANewSessionsState:
+    """Over Thrift a session is kept for the next node only if what ran in it left nothing
+    (thrift.py); a model's SET and temp view close it, as dbt-spark closes every one."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"leaves.sql": LEAVES, "finds.sql": FINDS}
+
+    @pytest.fixture(scope="class")
+    def macros(self):
+        return {"nothing_leaked.sql": NOTHING_LEAKED}
+
+    def test_a_models_set_and_temp_view_never_reach_the_next(self, project):
+        results, logs = run_dbt_and_capture(["--debug", "run"])
+        assert [r.status for r in results] == ["success", "success"]
+        assert "temp views left: []" in logs
+        assert "shuffle partitions: 7" not in logs
+
+
+class TestAKeptSessionServesTheNextFencedNode:
+    """Two fenced merges in a row over Thrift: the second is served the first one's session,
+    in which Delta has set lastCommitVersionInSession to the first one's commit. Each verdict
+    still names its own commit, as the log has it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"first.sql": FENCED_MERGE, "second.sql": FENCED_MERGE + "-- {{ ref('first') }}\n"}
+
+    def test_each_verdict_names_its_own_commit(self, project, spark, dbt_profile_name):
+        run_dbt(["run"])
+        results, logs = run_dbt_and_capture(["--debug", "run", "--vars", '{"round": 1}'])
+        if dbt_profile_name == "thrift":
+            assert re.search(r"Thrift session reused for connection 'model\.\w+\.second'", logs)
+        for name in ("first", "second"):
+            response = response_of(project, name)
+            assert response["fence_outcome"] == "committed", response
+            newest = history(spark, f"{project.test_schema}.{name}")[-1]
+            assert newest.operation == "MERGE"
+            assert newest.tag["node"].endswith(f".{name}")
+            assert response["commit_version"] == newest.version
+            assert rows(spark, f"select distinct round from {project.test_schema}.{name}") == [(1,)]

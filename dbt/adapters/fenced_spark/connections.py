@@ -15,11 +15,12 @@ from dbt.adapters.spark.connections import (
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from dbt.adapters.fenced_spark import connect, session
+from dbt.adapters.fenced_spark import connect, session, thrift
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
 from dbt.adapters.fenced_spark.run_state import (
     RunState,
     first_word,
+    is_run_connection,
     leading_words,
     without_leading_comments,
 )
@@ -174,12 +175,69 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
 
     FIRST = 0.01
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        pool: str | None = None,
+        profile_confs: Any = (),
+        **kwargs: Any,
+    ) -> None:
         self._next = self.FIRST
         self.read_at_once = False  # the fence's short statements (the manager's at_once)
         self._at_once = threading.Lock()  # orders a cancel from another thread with the call
         self._running_at_once = self._cancelled = self._lost = False
+        # The session is kept for a later node if what ran in it left nothing (thrift.py).
+        self.pool = pool
+        self.leftovers = thrift.Leftovers(profile_confs)
+        self.kept_at = 0.0
         super().__init__(*args, **kwargs)
+
+    def cursor(self) -> "BackoffPyhiveConnectionWrapper":
+        # dbt-spark opens a pyhive cursor per statement and leaves the last one open: its
+        # operation lived until the session closed, and a kept session lives on.
+        self._close_cursor()
+        return super().cursor()  # type: ignore[return-value]
+
+    def _close_cursor(self) -> None:
+        if self._cursor:
+            try:
+                self._cursor.close()
+            except Exception as exc:
+                logger.debug(f"Exception while closing cursor: {exc}")
+                self.leftovers.failed(exc)
+            self._cursor = None
+
+    def fetchall(self) -> Any:
+        # A fetch cut off midway leaves the session's socket in an unknown state.
+        try:
+            return super().fetchall()
+        except BaseException as exc:
+            self.leftovers.failed(exc)
+            raise
+
+    @property
+    def description(self) -> Any:
+        try:
+            return super().description
+        except BaseException as exc:
+            self.leftovers.failed(exc)
+            raise
+
+    def reused(self) -> "BackoffPyhiveConnectionWrapper":
+        # A kept session for a new connection: nothing of the last one's statements carries.
+        self._cursor = None
+        self._next = self.FIRST
+        self.read_at_once = False
+        return self
+
+    def close(self) -> None:
+        # dbt closes a connection after each node: a session that left nothing is kept.
+        if not self.leftovers.clean:
+            super().close()
+            return
+        self._close_cursor()
+        if not thrift.keep(self):
+            super().close()
 
     @property  # type: ignore[override]
     def poll_interval(self) -> float:
@@ -195,6 +253,7 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         # With a query_timeout every statement is polled: only a poll can time one out. After a
         # lost connection, too: a request that long is what polling keeps short.
         at_once = self.read_at_once or answered_at_once(sql)
+        self.leftovers.saw(sql)
         try:
             if at_once and self.query_timeout is None and not self._lost:
                 self._execute_at_once(sql, bindings)
@@ -204,7 +263,9 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
             # A retry after a lost connection waits the whole poll_interval, as in dbt-spark.
             self._next = self.ceiling
             self._lost = self._lost or isinstance(exc, spark_connections.CONNECTION_LOST_EXCEPTIONS)
+            self.leftovers.failed(exc)
             raise
+        self.leftovers.ran(sql)
 
     def _execute_at_once(self, sql: str, bindings: Any) -> None:
         # dbt-spark's own execute, poll and state checks, around a call answered at once: its
@@ -225,6 +286,7 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
     def cancel(self) -> None:
         # A statement run at once has no handle to cancel before its answer, and its
         # connection is busy with the call: it fails as cancelled when its answer comes.
+        self.leftovers.failed()
         with self._at_once:
             if self._running_at_once:
                 self._cancelled = True
@@ -285,9 +347,10 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         setattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, True)
 
     def session_may_have_committed(self) -> bool:
-        """Whether this connection's session has run anything that could commit to a table.
-        Known only over Thrift, whose every connection opens a session of its own on the
-        server; any other handle (an ODBC driver may pool sessions) may have."""
+        """Whether this connection's session has run anything that could commit to a table,
+        in this node or an earlier one it served (thrift.py). Known only over Thrift, whose
+        handle lives as long as its session; any other (an ODBC driver may pool sessions)
+        may have."""
         handle = self.get_thread_connection().handle
         if not isinstance(handle, BackoffPyhiveConnectionWrapper):
             return True
@@ -299,14 +362,15 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         self.run_state.prime(self.get_thread_connection(), self._replay)
 
     def cleanup_all(self) -> None:
-        # The Connect sessions kept for a next node end with the invocation.
+        # The Connect and Thrift sessions kept for a next node end with the invocation.
         super().cleanup_all()
         connect.release_kept()
+        thrift.release_kept()
 
     def keep_no_session(self, failed: BaseException | None = None) -> None:
-        """This connection's Connect session is not kept for another node: something ran in it
-        whose traces connect.clear cannot clear (a Python model; a session lost and replaced);
-        with `failed`, only if that call got no answer from the server."""
+        """This connection's Connect or Thrift session is not kept for another node: something
+        ran in it whose traces cannot be cleared (a Python model; a session lost and replaced);
+        with `failed`, only if that call got no answer from the server (Connect)."""
         leftovers = self._leftovers()
         if leftovers is None:
             return
@@ -315,9 +379,12 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         else:
             leftovers.failed(failed)
 
-    def _leftovers(self) -> connect.Leftovers | None:
-        # This thread's Connect session's; None for any other method.
-        handle = getattr(self.get_thread_connection().handle, "handle", None)
+    def _leftovers(self) -> connect.Leftovers | thrift.Leftovers | None:
+        # This thread's Connect or Thrift session's; None for the embedded session.
+        handle = self.get_thread_connection().handle
+        if isinstance(handle, BackoffPyhiveConnectionWrapper):
+            return handle.leftovers
+        handle = getattr(handle, "handle", None)
         return handle.leftovers if isinstance(handle, ConnectHandle) else None
 
     @contextmanager
@@ -352,7 +419,19 @@ class FencedSparkConnectionManager(SparkConnectionManager):
                 leftovers.replaying = False
 
     @classmethod
-    def open(cls, connection: Connection) -> Connection:
+    def _close_handle(cls, connection: Connection) -> None:
+        # on-run-start/-end and run-operation statements often change their session: not kept.
+        handle = connection.handle
+        if isinstance(handle, BackoffPyhiveConnectionWrapper) and is_run_connection(
+            connection.name
+        ):
+            handle.leftovers.reusable = False
+        super()._close_handle(connection)
+        if isinstance(handle, BackoffPyhiveConnectionWrapper) and handle.leftovers.clean:
+            connection.handle = None  # kept for another connection: no longer this one's
+
+    @classmethod
+    def open(cls, connection: Connection, new: bool = False) -> Connection:
         # `session` and `connect` are ours: a session per connection, on the embedded Delta JVM
         # or on a Spark Connect server; dbt-spark opens the others.
         if connection.state == ConnectionState.OPEN:
@@ -364,6 +443,12 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             spark = connect.open_session(creds, connection.name)
             handle = ConnectHandle(spark, str(creds.host))
         else:
+            pool = thrift.pool_key(creds)
+            kept = None if new else thrift.reuse(pool, connection.name)
+            if kept is not None:
+                connection.handle = kept.reused()
+                connection.state = ConnectionState.OPEN
+                return connection
             opened = super().open(connection)
             if type(opened.handle) is PyhiveConnectionWrapper:
                 pyhive = opened.handle
@@ -372,6 +457,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
                     poll_interval=pyhive.poll_interval,
                     query_timeout=pyhive.query_timeout,
                     query_retries=pyhive.query_retries,
+                    pool=pool,
+                    profile_confs=creds.server_side_parameters or {},
                 )
             return opened
         connection.handle = FencedSessionConnectionWrapper(handle)  # type: ignore[arg-type]

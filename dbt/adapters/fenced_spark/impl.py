@@ -17,8 +17,9 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import python_model, session, sql_header
+from dbt.adapters.fenced_spark import python_model, session, sql_header, thrift
 from dbt.adapters.fenced_spark.connections import (
+    BackoffPyhiveConnectionWrapper,
     ConnectHandle,
     FencedSparkConnectionManager,
     SessionHandle,
@@ -56,6 +57,7 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     LAST_COMMIT,
     LOOKBACK,
     SNAPSHOT,
+    USER_METADATA,
     Fence,
     FenceResult,
     FenceState,
@@ -166,6 +168,13 @@ class FenceSql:
         if spark is not None:
             value = spark.conf.get(key, None)
             return None if value is None else str(value)
+        handle = self.connections.get_thread_connection().handle
+        if key == USER_METADATA and isinstance(handle, BackoffPyhiveConnectionWrapper):
+            # Only a statement sets it: in a session where none did, the server's own value.
+            return thrift.server_default(handle, key, lambda: self._read_conf(key))
+        return self._read_conf(key)
+
+    def _read_conf(self, key: str) -> str | None:
         rows = self.fetch(f"SET {key}")
         value = rows[0][1] if rows else None
         return None if value in (None, "<undefined>") else str(value)
@@ -226,7 +235,9 @@ class FenceSql:
         with suppress(Exception):  # the old one is gone; closing it is best effort
             connection.handle.close()
         connection.state = ConnectionState.INIT
-        self.connections.open(connection)
+        # A new session: a kept one may hold lastCommitVersionInSession from another node's
+        # commit, which the verdict being read must not take for ours.
+        self.connections.open(connection, new=True)
 
     def current_schema(self) -> str:
         return str(self.fetch("SELECT current_database()")[0][0])

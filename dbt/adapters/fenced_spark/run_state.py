@@ -128,25 +128,34 @@ def without_leading_comments(sql: str) -> str:
     while True:
         while i < n and sql[i].isspace():
             i += 1
-        if sql.startswith("--", i):
-            # Spark's lexer ends a line comment at \r as well as \n.
-            ends = [e for e in (sql.find("\n", i), sql.find("\r", i)) if e >= 0]
-            i = min(ends) + 1 if ends else n
-        elif sql.startswith("/*", i):
-            depth = 0
-            while i < n:
-                if sql.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif sql.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                    if depth == 0:
-                        break
-                else:
-                    i += 1
-            if depth:
-                return ""
-        else:
+        end = comment_end(sql, i)
+        if end < 0:
+            return ""
+        if end == i:
             return sql[i:]
+        i = end
+
+
+def comment_end(sql: str, i: int) -> int:
+    """Past the comment that starts at `i`: `--` to the end of its line (Spark's lexer ends it
+    at a carriage return too), `/* */` nested as Spark nests them. `i` when none starts there;
+    -1 for a block comment never closed."""
+    if sql.startswith("--", i):
+        ends = [e for e in (sql.find("\n", i), sql.find("\r", i)) if e >= 0]
+        return min(ends) + 1 if ends else len(sql)
+    if not sql.startswith("/*", i):
+        return i
+    depth = 0
+    while i < len(sql):
+        if sql.startswith("/*", i):
+            depth, i = depth + 1, i + 2
+        elif sql.startswith("*/", i):
+            depth, i = depth - 1, i + 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return -1
 
 
 def _unescaped(literal: str) -> str:

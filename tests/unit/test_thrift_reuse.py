@@ -1,0 +1,357 @@
+"""A Thrift session kept for the next node (thrift.py): which statements keep it from serving
+another node, how a kept one is checked before it serves, and the conf read it spares. The
+functional proof is test_statements.py over a real Thrift server."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dbt.adapters.fenced_spark import thrift
+from dbt.adapters.fenced_spark.connections import BackoffPyhiveConnectionWrapper
+
+COMMENT = '/* {"app": "dbt", "node_id": "model.p.m"} */\n'
+
+
+def ran(leftovers: thrift.Leftovers, *statements: str) -> thrift.Leftovers:
+    """Each statement seen, then succeeded, as the wrapper reports them."""
+    for sql in statements:
+        leftovers.saw(sql)
+        leftovers.ran(sql)
+    return leftovers
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "select * from s.t",
+        "describe extended s.t",
+        "show table extended in s like '*'",
+        "EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log/{/00.json}`",
+        "merge into s.t using v on s.t.id = v.id when matched then update set *",
+        "insert into s.t select * from v",
+        "create or replace table s.t using delta as select 1",
+        "create table if not exists s.t (id int) using delta",
+        "create view s.v as select 1",
+        "alter table s.t add columns (c int)",
+        "drop table if exists s.t",
+        "drop view s.v",
+        "delete from s.t where id = 1",
+        "SET spark.databricks.delta.commitInfo.userMetadata",  # a read
+        "set -v",
+        "set",
+        COMMENT + "select 1",
+        'select 1\n/* {"app": "dbt"} */',  # query-comment: append
+        "SET spark.databricks.delta.commitInfo.userMetadata /* appended */",
+        "create or replace materialized view s.mv as select 1",
+    ],
+)
+def test_statements_that_leave_nothing(sql):
+    assert ran(thrift.Leftovers(), sql).clean
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "use analytics",
+        "USE `default`",
+        "set catalog other",
+        "set time zone 'UTC'",
+        "set var x = 1",
+        "declare x int",
+        "reset",
+        "add jar /x.jar",
+        "create temporary function f as 'com.example.F'",
+        "cache table s.t",
+        "create global temporary view g as select 1",
+        "execute immediate 'set spark.sql.x=1'",
+        "set spark.sql.caseSensitive=true",
+        "SET `spark.sql.caseSensitive` = true",
+        "set spark.sql.catalog.ext=org.apache.iceberg.spark.SparkCatalog",
+        "set spark.sql.thriftserver.scheduler.pool=heavy",
+        COMMENT + "use analytics",
+    ],
+)
+def test_statements_that_change_the_session_for_good(sql):
+    leftovers = ran(thrift.Leftovers(), sql)
+    assert not leftovers.clean
+    # and no later statement makes it clean again
+    assert not ran(leftovers, "reset spark.sql.caseSensitive").clean
+
+
+def test_a_conf_set_then_reset_leaves_nothing():
+    leftovers = ran(
+        thrift.Leftovers(), 'SET spark.databricks.delta.commitInfo.userMetadata=`{"a": 1}`'
+    )
+    assert not leftovers.clean
+    assert not leftovers.untouched("spark.databricks.delta.commitInfo.userMetadata")
+    assert ran(leftovers, "RESET spark.databricks.delta.commitInfo.userMetadata").clean
+    assert leftovers.untouched("spark.databricks.delta.commitInfo.userMetadata")
+
+
+def test_a_reset_that_failed_undoes_nothing():
+    leftovers = ran(thrift.Leftovers(), "set spark.sql.shuffle.partitions=7")
+    leftovers.saw("reset spark.sql.shuffle.partitions")
+    leftovers.failed(RuntimeError("lost"))
+    assert not leftovers.clean
+
+
+def test_a_temp_view_made_then_dropped_leaves_nothing():
+    leftovers = ran(thrift.Leftovers(), "create or replace temporary view m__fence_0a as select 1")
+    assert not leftovers.clean
+    leftovers.saw("DROP VIEW IF EXISTS m__fence_0a")
+    assert not leftovers.clean  # only once it succeeded
+    leftovers.ran("DROP VIEW IF EXISTS m__fence_0a")
+    assert leftovers.clean
+    # Under spark.sql.caseSensitive another spelling names another view: the session closes.
+    other = ran(thrift.Leftovers(), "create temp view Foo as select 1", "drop view if exists foo")
+    assert not other.clean
+
+
+def test_a_temp_view_left_behind_or_renamed_keeps_the_session_closed():
+    leftovers = thrift.Leftovers()
+    leftovers.saw("create temporary view m__dbt_tmp as select 1")
+    assert not leftovers.clean
+    renamed = thrift.Leftovers()
+    renamed.saw("create temporary view v as select 1")
+    renamed.saw("alter view v rename to w")
+    renamed.saw("drop view if exists w")
+    renamed.ran("drop view if exists w")
+    assert not renamed.clean
+
+
+def test_what_the_profile_and_the_run_set_is_theirs():
+    # The profile's OpenSession confs and the run's replayed hook statements are in every
+    # session of the run: a node that sets or resets one leaves its session unlike a new one.
+    leftovers = thrift.Leftovers({"set:hiveconf:spark.sql.shuffle.partitions": "4"})
+    assert not leftovers.untouched("spark.sql.shuffle.partitions")
+    leftovers.replaying = True
+    replayed = ("set spark.sql.ansi.enabled=false", "use a", "create temp view h as select 1")
+    for sql in replayed:
+        leftovers.saw(sql)
+        leftovers.ran(sql)
+    leftovers.replaying = False
+    assert leftovers.clean
+    for sql in (
+        "reset spark.sql.shuffle.partitions",
+        "set spark.sql.ansi.enabled=true",
+        "drop view h",
+        "create or replace temporary view h as select 2",
+    ):
+        fresh = thrift.Leftovers({"spark.sql.shuffle.partitions": "4"})
+        fresh.replaying = True
+        fresh.saw("set spark.sql.ansi.enabled=false")
+        fresh.saw("create temp view h as select 1")
+        fresh.replaying = False
+        fresh.saw(sql)
+        fresh.ran(sql)
+        assert not fresh.clean, sql
+
+
+class FakePyhive:
+    """pyhive's Connection as the wrapper and thrift.py use it."""
+
+    def __init__(self, alive=True):
+        self.closed = False
+        self.alive = alive
+        self.asked = 0
+        self.cursors: list[SimpleNamespace] = []
+        self.sessionHandle = "session"
+        self.client = SimpleNamespace(GetInfo=self._get_info)
+
+    def _get_info(self, request):
+        self.asked += 1
+        if not self.alive:
+            raise ConnectionResetError("Invalid SessionHandle")
+        return SimpleNamespace(status=SimpleNamespace(statusCode=0))
+
+    def cursor(self):
+        cursor = SimpleNamespace(closed=False)
+        cursor.close = lambda: setattr(cursor, "closed", True)
+        self.cursors.append(cursor)
+        return cursor
+
+    def close(self):
+        self.closed = True
+
+
+def wrapper(pyhive, pool="profile"):
+    return BackoffPyhiveConnectionWrapper(pyhive, poll_interval=5, pool=pool)
+
+
+@pytest.fixture(autouse=True)
+def nothing_kept():
+    thrift.release_kept()
+    yield
+    thrift.release_kept()
+
+
+def test_a_clean_session_is_kept_and_serves_the_next_connection():
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    handle.cursor()
+    handle.close()
+    assert not pyhive.closed and pyhive.cursors[0].closed  # its last statement closed
+    assert thrift.reuse("another profile", "model.p.b") is None
+    assert thrift.reuse("profile", "model.p.b") is handle
+    assert pyhive.asked == 1  # asked before it serves
+    assert thrift.reuse("profile", "model.p.c") is None  # one connection at a time
+
+
+def test_a_session_that_left_something_is_closed():
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    handle.leftovers.saw("set spark.sql.shuffle.partitions=7")
+    handle.close()
+    assert pyhive.closed
+    assert thrift.reuse("profile", "model.p.b") is None
+
+
+def test_a_cancelled_session_is_closed():
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    handle.cancel()
+    handle.close()
+    assert pyhive.closed
+
+
+def test_without_a_pool_nothing_is_kept():
+    pyhive = FakePyhive()
+    wrapper(pyhive, pool=None).close()
+    assert pyhive.closed
+
+
+def test_a_session_the_server_let_go_is_closed_and_none_served():
+    pyhive = FakePyhive()
+    wrapper(pyhive).close()
+    pyhive.alive = False
+    assert thrift.reuse("profile", "model.p.b") is None
+    assert pyhive.closed
+
+
+def test_kept_sessions_are_closed_at_the_end_of_the_invocation():
+    pyhive = FakePyhive()
+    wrapper(pyhive).close()
+    thrift.release_kept()
+    assert pyhive.closed
+    assert thrift.reuse("profile", "model.p.b") is None
+
+
+def test_the_server_default_of_a_conf_is_read_once_where_nothing_set_it():
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    reads: list[str] = []
+
+    def read():
+        reads.append(key)
+        return None
+
+    first, second = wrapper(FakePyhive()), wrapper(FakePyhive())
+    assert thrift.server_default(first, key, read) is None
+    assert thrift.server_default(second, key, read) is None
+    assert len(reads) == 1
+    second.leftovers.saw(f"set {key}=audit")  # a pre-hook's label: read from the session
+    assert thrift.server_default(second, key, lambda: "audit") == "audit"
+    profiled = BackoffPyhiveConnectionWrapper(
+        FakePyhive(), poll_interval=5, pool="profile", profile_confs={key: "label"}
+    )
+    assert thrift.server_default(profiled, key, lambda: "label") == "label"
+    thrift.release_kept()  # the invocation's end: read again in the next one
+    thrift.server_default(first, key, read)
+    assert len(reads) == 2
+
+
+def test_a_reset_undoes_the_set_of_its_exact_key_only():
+    # Spark's conf keys are case-sensitive: RESET of another spelling leaves the SET in force.
+    wrong = ran(
+        thrift.Leftovers(),
+        "SET spark.sql.session.timeZone=UTC",
+        "RESET spark.sql.session.timezone",
+    )
+    assert not wrong.clean
+    quoted = ran(
+        thrift.Leftovers(),
+        "SET `spark.sql.session.timeZone` = UTC",
+        "RESET `spark.sql.session.timeZone`",
+    )
+    assert quoted.clean
+
+
+def test_a_backquoted_key_is_the_key():
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    leftovers = thrift.Leftovers()
+    leftovers.saw(f"SET `{key}` = audit")
+    assert not leftovers.untouched(key)
+    profiled = thrift.Leftovers({"spark.sql.ansi.enabled": "false"})
+    profiled.saw("RESET `spark.sql.ansi.enabled`")
+    assert not profiled.clean
+
+
+def test_comments_anywhere_do_not_hide_a_drop_of_the_runs_view():
+    for drop in ("DROP /* x */ VIEW h", "DROP VIEW -- c\n h", "alter table h rename to x"):
+        leftovers = thrift.Leftovers()
+        leftovers.replaying = True
+        leftovers.saw("create or replace temporary view h as select 1")
+        leftovers.replaying = False
+        leftovers.saw(drop)
+        leftovers.ran(drop)
+        assert not leftovers.clean, drop
+
+
+def test_a_qualified_drop_reaches_no_temp_view():
+    # `IF` is no view's name: a DROP of a qualified table after an unreadable replay is data.
+    leftovers = thrift.Leftovers()
+    leftovers.replaying = True
+    ran(leftovers, "execute immediate 'SET spark.sql.session.timeZone = UTC'")
+    leftovers.replaying = False
+    assert ran(leftovers, "drop table if exists s.migrate", "drop view if exists s.v").clean
+
+
+def test_a_view_renamed_by_alter_table_is_not_dropped():
+    leftovers = ran(
+        thrift.Leftovers(),
+        "create temp view v as select 1",
+        "alter table v rename to w",
+        "drop view v",
+    )
+    assert not leftovers.clean
+
+
+def test_a_replayed_statement_the_rules_cannot_read_may_have_set_anything():
+    # on-run-start's EXECUTE IMMEDIATE 'SET k=v' and SET TIME ZONE are the run's: a node that
+    # resets or drops by a bare name may undo them, which the next node would not get back.
+    for replayed, then in (
+        ("execute immediate 'SET spark.sql.ansi.enabled=false'", "reset spark.sql.ansi.enabled"),
+        ("execute immediate 'create temp view h as select 1'", "drop view if exists h"),
+        ("SET TIME ZONE 'UTC'", "set spark.sql.session.timeZone = America/New_York"),
+    ):
+        leftovers = thrift.Leftovers()
+        leftovers.replaying = True
+        leftovers.saw(replayed)
+        leftovers.replaying = False
+        assert leftovers.clean
+        leftovers.saw(then)
+        leftovers.ran(then)
+        leftovers.saw("reset spark.sql.session.timeZone")
+        leftovers.ran("reset spark.sql.session.timeZone")
+        assert not leftovers.clean, (replayed, then)
+
+
+def test_a_session_idle_too_long_or_spoilt_while_kept_is_closed(monkeypatch):
+    idle, spoilt = FakePyhive(), FakePyhive()
+    idle_handle = wrapper(idle)
+    idle_handle.close()
+    monkeypatch.setattr(idle_handle, "kept_at", idle_handle.kept_at - 61)
+    assert thrift.reuse("profile", "model.p.b") is None
+    assert idle.closed and idle.asked == 0
+    spoilt_handle = wrapper(spoilt)
+    spoilt_handle.close()
+    spoilt_handle.cancel()  # dbt's cancel, landing after the node released it
+    assert thrift.reuse("profile", "model.p.b") is None
+    assert spoilt.closed
+
+
+def test_each_statement_closes_the_last_ones_operation():
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    handle.cursor()
+    handle.cursor()
+    assert [c.closed for c in pyhive.cursors] == [True, False]
