@@ -5,9 +5,13 @@ functional proof is test_statements.py over a real Thrift server."""
 from types import SimpleNamespace
 
 import pytest
+from dbt.adapters.spark.connections import SparkConnectionManager
 
 from dbt.adapters.fenced_spark import thrift
-from dbt.adapters.fenced_spark.connections import BackoffPyhiveConnectionWrapper
+from dbt.adapters.fenced_spark.connections import (
+    BackoffPyhiveConnectionWrapper,
+    FencedSparkConnectionManager,
+)
 
 COMMENT = '/* {"app": "dbt", "node_id": "model.p.m"} */\n'
 
@@ -69,13 +73,31 @@ def test_statements_that_leave_nothing(sql):
         "set spark.sql.catalog.ext=org.apache.iceberg.spark.SparkCatalog",
         "set spark.sql.thriftserver.scheduler.pool=heavy",
         COMMENT + "use analytics",
+        # Spark's SET writes these under another key, which their RESET leaves set.
+        "set mapred.reduce.tasks=7",
+        "set mapreduce.job.reduces=7",
+        "set hivevar:spark.sql.session.timeZone=UTC",
+        # Spark's lexer goes on with a `--` comment past a backslash-newline.
+        "-- x \\\nselect\nuse other_db",
+        # Spark substitutes `${...}` before it parses.
+        "/* ${c} */ select 1",
+        # Names the rules do not read.
+        "create temp view identifier('x') as select 1",
+        'drop view if exists "legacy"',
+        "alter view identifier('legacy') as select 1",
     ],
 )
 def test_statements_that_change_the_session_for_good(sql):
     leftovers = ran(thrift.Leftovers(), sql)
     assert not leftovers.clean
-    # and no later statement makes it clean again
-    assert not ran(leftovers, "reset spark.sql.caseSensitive").clean
+    assert not leftovers.reusable  # not merely holding something a later statement undoes
+
+
+@pytest.mark.parametrize(
+    "key", ["mapred.reduce.tasks", "hivevar:spark.sql.caseSensitive", "hivevar:x"]
+)
+def test_a_reset_of_an_alias_undoes_nothing(key):
+    assert not ran(thrift.Leftovers(), f"set {key}=1", f"reset {key}").clean
 
 
 def test_a_conf_set_then_reset_leaves_nothing():
@@ -131,20 +153,43 @@ def test_what_the_profile_and_the_run_set_is_theirs():
         leftovers.ran(sql)
     leftovers.replaying = False
     assert leftovers.clean
-    for sql in (
-        "reset spark.sql.shuffle.partitions",
-        "set spark.sql.ansi.enabled=true",
-        "drop view h",
-        "create or replace temporary view h as select 2",
+    # Each would leave a new session as it found it; not a session the run's statements set.
+    for statements in (
+        ("reset spark.sql.shuffle.partitions",),
+        ("set spark.sql.ansi.enabled=true", "reset spark.sql.ansi.enabled"),
+        ("set hivevar:spark.sql.ansi.enabled=true",),
+        ("drop view h",),
+        ("drop view if exists identifier('h')",),
+        ("create or replace temporary view h as select 2", "drop view h"),
     ):
         fresh = thrift.Leftovers({"spark.sql.shuffle.partitions": "4"})
         fresh.replaying = True
         fresh.saw("set spark.sql.ansi.enabled=false")
         fresh.saw("create temp view h as select 1")
         fresh.replaying = False
-        fresh.saw(sql)
-        fresh.ran(sql)
-        assert not fresh.clean, sql
+        assert not ran(fresh, *statements).clean, statements
+    assert ran(thrift.Leftovers(), "create temp view h as select 2", "drop view h").clean
+
+
+def test_a_conf_the_run_set_through_an_alias_is_theirs():
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    leftovers = thrift.Leftovers()
+    leftovers.replaying = True
+    ran(leftovers, f"set hivevar:{key}=audit", "set mapred.reduce.tasks=4")
+    leftovers.replaying = False
+    assert leftovers.clean
+    assert not leftovers.untouched(key)  # its value is the run's, not the server's
+    assert not ran(leftovers, "reset spark.sql.shuffle.partitions").clean
+
+
+def test_a_replayed_statement_with_a_substitution_may_have_set_anything():
+    leftovers = thrift.Leftovers()
+    leftovers.replaying = True
+    ran(leftovers, "set ${x}=1")
+    leftovers.replaying = False
+    assert leftovers.clean
+    assert not leftovers.untouched("spark.sql.ansi.enabled")
+    assert not ran(leftovers, "reset spark.sql.ansi.enabled").clean
 
 
 class FakePyhive:
@@ -347,6 +392,77 @@ def test_a_session_idle_too_long_or_spoilt_while_kept_is_closed(monkeypatch):
     spoilt_handle.cancel()  # dbt's cancel, landing after the node released it
     assert thrift.reuse("profile", "model.p.b") is None
     assert spoilt.closed
+
+
+def test_sessions_kept_first_are_closed_once_idle_too_long(monkeypatch):
+    old, new = FakePyhive(), FakePyhive()
+    old_handle = wrapper(old)
+    old_handle.close()
+    monkeypatch.setattr(old_handle, "kept_at", old_handle.kept_at - 61)
+    wrapper(new).close()  # the next kept one sweeps the pool
+    assert old.closed and not new.closed
+
+
+class FakeSocket:
+    def __init__(self):
+        self.timeouts: list[float | None] = []
+        self._timeout = None
+
+    def setTimeout(self, ms):  # noqa: N802 (Thrift's name)
+        self.timeouts.append(ms)
+        self._timeout = None if ms is None else ms / 1000
+
+
+def test_a_kept_session_is_asked_and_closed_with_a_timeout():
+    pyhive = FakePyhive()
+    pyhive._transport = SimpleNamespace(_trans=(socket := FakeSocket()))  # SASL over a socket
+    wrapper(pyhive).close()
+    assert thrift.reuse("profile", "model.p.b") is not None
+    assert socket.timeouts == [thrift.QUIET_TIMEOUT_MS, None]  # and pyhive's none after
+    thrift.close(SimpleNamespace(handle=pyhive))
+    assert socket.timeouts[2:] == [thrift.QUIET_TIMEOUT_MS, None] and pyhive.closed
+
+
+def test_what_a_node_committed_stays_known_in_the_session_it_leaves():
+    # The fence resets lastCommitVersionInSession before its write only where the session may
+    # hold another commit's version (connections.session_may_have_committed).
+    handle = wrapper(FakePyhive())
+    handle._fenced_may_have_committed = True
+    handle.close()
+    assert getattr(thrift.reuse("profile", "model.p.b"), "_fenced_may_have_committed", False)
+
+
+def test_run_connections_are_not_kept_and_a_kept_one_is_no_longer_the_connections():
+    for name, kept in (("master", False), ("macro_grant", False), ("model.p.a", True)):
+        pyhive = FakePyhive()
+        connection = SimpleNamespace(name=name, handle=wrapper(pyhive))
+        FencedSparkConnectionManager._close_handle(connection)
+        assert pyhive.closed is not kept, name
+        assert (connection.handle is None) is kept, name
+        thrift.release_kept()
+
+
+def test_a_new_connection_asked_for_takes_no_kept_session(monkeypatch):
+    kept = wrapper(FakePyhive())
+    kept.close()
+    opened = []
+
+    def spark_open(cls, connection):
+        opened.append(connection.name)
+        connection.handle = SimpleNamespace(name="new")
+        return connection
+
+    monkeypatch.setattr(SparkConnectionManager, "open", classmethod(spark_open))
+    creds = SimpleNamespace(method="thrift", to_dict=lambda omit_none: {"host": "h"})
+    monkeypatch.setattr(thrift, "pool_key", lambda creds: "profile")
+
+    def connection(name):
+        return SimpleNamespace(name=name, state="init", credentials=creds, handle=None)
+
+    assert FencedSparkConnectionManager.open(connection("model.p.b")).handle is kept
+    kept.close()
+    reopened = FencedSparkConnectionManager.open(connection("model.p.c"), new=True)
+    assert opened == ["model.p.c"] and reopened.handle.name == "new"
 
 
 def test_each_statement_closes_the_last_ones_operation():

@@ -34,6 +34,9 @@ _NO_TABLE_CHANGE = {"SELECT", "EXPLAIN", "DESCRIBE", "DESC", "SHOW", "SET", "RES
 _NAMES_ANOTHER = re.compile(r"(USE|SET\s+CATALOG)\b", re.I)
 # Set on a connection's handle, which lives exactly as long as its session.
 _MAY_HAVE_COMMITTED = "_fenced_may_have_committed"
+# Whether the connection this thread just closed kept its Thrift session: once kept, another
+# thread may already serve from it.
+_closing = threading.local()
 # Statements that run no Spark job and cannot run long are answered over Thrift inside the
 # ExecuteStatement call (runAsync=false), on the thread serving the connection. In the
 # background each would start on a thread new to Hive's pool (it grows to 100 threads before
@@ -236,7 +239,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
             super().close()
             return
         self._close_cursor()
-        if not thrift.keep(self):
+        _closing.kept = thrift.keep(self)
+        if not _closing.kept:
             super().close()
 
     @property  # type: ignore[override]
@@ -426,8 +430,9 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             connection.name
         ):
             handle.leftovers.reusable = False
+        _closing.kept = False
         super()._close_handle(connection)
-        if isinstance(handle, BackoffPyhiveConnectionWrapper) and handle.leftovers.clean:
+        if _closing.kept:
             connection.handle = None  # kept for another connection: no longer this one's
 
     @classmethod

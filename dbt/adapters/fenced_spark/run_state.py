@@ -138,11 +138,18 @@ def without_leading_comments(sql: str) -> str:
 
 def comment_end(sql: str, i: int) -> int:
     """Past the comment that starts at `i`: `--` to the end of its line (Spark's lexer ends it
-    at a carriage return too), `/* */` nested as Spark nests them. `i` when none starts there;
-    -1 for a block comment never closed."""
+    at a carriage return too, and goes on past a backslash-newline), `/* */` nested as Spark
+    nests them. `i` when none starts there; -1 for a block comment never closed."""
     if sql.startswith("--", i):
-        ends = [e for e in (sql.find("\n", i), sql.find("\r", i)) if e >= 0]
-        return min(ends) + 1 if ends else len(sql)
+        end = i + 2
+        while end < len(sql):
+            if sql.startswith("\\\n", end):
+                end += 2
+            elif sql[end] in "\r\n":
+                return end + 1
+            else:
+                end += 1
+        return len(sql)
     if not sql.startswith("/*", i):
         return i
     depth = 0

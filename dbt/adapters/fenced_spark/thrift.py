@@ -17,7 +17,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -48,14 +49,17 @@ _RESET_KEY = re.compile(r"RESET " + _KEY + r"$", re.I)
 _TEMP_VIEW = re.compile(
     r"CREATE (OR REPLACE )?TEMP(ORARY)? (?:VIEW|TABLE) (IF NOT EXISTS )?" + _NAME, re.I
 )
-# A DROP or ALTER (a rename among them) by a bare name may reach a temp view of the session.
-_OF_NAME = re.compile(
-    r"(DROP (?:VIEW|TABLE) (?:IF EXISTS |(?!IF EXISTS ))|ALTER (?:VIEW|TABLE) )"
-    + _NAME
-    + r"(?![\w$]| ?\.)",
-    re.I,
-)
+# A DROP or ALTER (a rename among them) by a bare name may reach a temp view of the session;
+# by a qualified one it cannot; by `IDENTIFIER(...)` or a double-quoted name, which is unread.
+_DROP_OR_ALTER = re.compile(r"(DROP (?:VIEW|TABLE) (?:IF EXISTS )?|ALTER (?:VIEW|TABLE) )", re.I)
+_BARE = re.compile(_NAME + r"(?![\w$]| ?[.(])")
+_QUALIFIED = re.compile(_NAME + r" ?\.")
 _DROP = re.compile(r"DROP ", re.I)
+# Spark's SET writes these under another key, which a RESET of the key as written leaves set.
+_ALIASES = {
+    "mapred.reduce.tasks": "spark.sql.shuffle.partitions",
+    "mapreduce.job.reduces": "spark.sql.shuffle.partitions",
+}
 # Confs whose effect a RESET does not undo (a catalog plugin stays loaded, the Thrift server
 # keeps a session's scheduler pool), or under which a view is found by its exact name only.
 _STICKY = re.compile(
@@ -101,6 +105,16 @@ def _name(quoted: str) -> str:
     return quoted[1:-1].replace("``", "`") if quoted.startswith("`") else quoted
 
 
+def _set_key(key: str) -> str:
+    """The key Spark's SET changes: `hivevar:k` sets k, a Hadoop alias sets Spark's conf."""
+    return key[len("hivevar:") :] if key.startswith("hivevar:") else _ALIASES.get(key, key)
+
+
+def _view_name(quoted: str) -> str | None:
+    # `IDENTIFIER('v')` names its view in an expression the rules do not evaluate.
+    return None if quoted.lower() == "identifier" else _name(quoted)
+
+
 def _conf_key(key: str) -> str:
     # OpenSession takes `set:hiveconf:key` and `set:hivevar:key` as well as the bare key.
     return re.sub(r"^set:hive(conf|var):", "", str(key), flags=re.I).lower()
@@ -139,13 +153,21 @@ class Leftovers:
     def saw(self, sql: str) -> None:
         """Before the statement runs: what it may leave, even if it fails."""
         body = plain(sql)
+        if "${" in sql:
+            # Spark substitutes `${conf}` in the text before it parses it: unread.
+            if self.replaying:
+                self._theirs_unread = True
+            else:
+                self.reusable = False
+            return
         if self.replaying:
             self._replayed(body)
             return
-        named = _OF_NAME.match(body)
+        named, unread = self._named(body)
         if set_ := _SET.match(body):
             key = _key(set_.group(1))
-            if key.lower() in self._theirs or _STICKY.match(key.lower()):
+            changed = _set_key(key).lower()
+            if _set_key(key) != key or changed in self._theirs or _STICKY.match(changed):
                 self.reusable = False
             self._confs.add(key)
         elif reset := _RESET_KEY.match(body):
@@ -153,26 +175,41 @@ class Leftovers:
             if key in self._theirs or self._theirs_unread or _STICKY.match(key):
                 self.reusable = False
         elif view := _TEMP_VIEW.match(body):
-            name = _name(view.group(4))
-            if name.lower() in self._their_views:
+            name = _view_name(view.group(4))
+            if name is None or name.lower() in self._their_views:
                 self.reusable = False
-            self._views.add(name)
+            else:
+                self._views.add(name)
+        elif unread:
+            self.reusable = False
         elif named:
-            name = _name(named.group(2))
-            if name.lower() in self._their_views or self._theirs_unread:
+            if named.lower() in self._their_views or self._theirs_unread:
                 self.reusable = False
-            elif not _DROP.match(body) and name in self._views:
+            elif not _DROP.match(body) and named in self._views:
                 self.reusable = False  # renamed or redefined: no longer the view it made
         elif not (_READ.match(body) or _LEAVES_NOTHING.match(body)):
             self.reusable = False
 
+    @staticmethod
+    def _named(body: str) -> tuple[str | None, bool]:
+        """The bare name a DROP or ALTER of a view or table names; True when it names one the
+        rules cannot read."""
+        target = _DROP_OR_ALTER.match(body)
+        if target is None:
+            return None, False
+        rest = body[target.end() :]
+        if bare := _BARE.match(rest):
+            name = _view_name(bare.group(1))
+            return name, name is None
+        return None, not _QUALIFIED.match(rest)
+
     def _replayed(self, body: str) -> None:
         if set_ := _SET.match(body):
-            self._theirs.add(_key(set_.group(1)).lower())
+            self._theirs.add(_set_key(_key(set_.group(1))).lower())
         elif _SET_TIME_ZONE.match(body):
             self._theirs.add(_TIME_ZONE)
-        elif view := _TEMP_VIEW.match(body):
-            self._their_views.add(_name(view.group(4)).lower())
+        elif (view := _TEMP_VIEW.match(body)) and (name := _view_name(view.group(4))):
+            self._their_views.add(name.lower())
         elif not (_READ.match(body) or _LEAVES_NOTHING.match(body)):
             self._theirs_unread = True
 
@@ -183,8 +220,8 @@ class Leftovers:
         body = plain(sql)
         if reset := _RESET_KEY.match(body):
             self._confs.discard(_key(reset.group(1)))
-        elif (named := _OF_NAME.match(body)) and _DROP.match(body):
-            self._views.discard(_name(named.group(2)))
+        elif _DROP.match(body) and (named := self._named(body)[0]):
+            self._views.discard(named)
 
     def failed(self, exc: BaseException | None = None) -> None:
         # A statement that failed may still run, or have changed the session unseen.
@@ -206,15 +243,24 @@ _lock = threading.Lock()
 # A session kept longer is closed rather than reused: a socket idle for minutes may have been
 # dropped by a NAT or load balancer on the way, and pyhive's has no timeout to notice it.
 MAX_IDLE_SECONDS = 60.0
+# A kept session is asked or closed over a socket that may be gone without a word: pyhive sets
+# no timeout, and a dropped connection would hold the call until TCP gives up (minutes).
+QUIET_TIMEOUT_MS = 10_000
 
 
 def keep(handle: "BackoffPyhiveConnectionWrapper") -> bool:
     """At the end of a node: kept for a later one if it left nothing; False if not kept."""
     if handle.pool is None or not handle.leftovers.clean:
         return False
-    handle.kept_at = time.monotonic()
+    handle.kept_at = now = time.monotonic()
     with _lock:
-        _kept.setdefault(handle.pool, []).append(handle)
+        kept = _kept.setdefault(handle.pool, [])
+        # Those kept first sit at the bottom while later ones serve: closed once idle too long.
+        stale = [other for other in kept if now - other.kept_at > MAX_IDLE_SECONDS]
+        kept[:] = [other for other in kept if other not in stale]
+        kept.append(handle)
+    for other in stale:
+        close(other)
     return True
 
 
@@ -225,13 +271,13 @@ def reuse(pool: str, name: str | None) -> "BackoffPyhiveConnectionWrapper | None
             if not kept:
                 return None
             handle = kept.pop()
-        # A cancel from another thread may have landed after it was kept.
-        idle = time.monotonic() - handle.kept_at
-        if not handle.leftovers.clean or idle > MAX_IDLE_SECONDS:
-            close(handle)
-            continue
         try:
-            alive(handle.handle)
+            # A cancel from another thread may have landed after it was kept.
+            if not handle.leftovers.clean or time.monotonic() - handle.kept_at > MAX_IDLE_SECONDS:
+                close(handle)
+                continue
+            with bounded(handle.handle):
+                alive(handle.handle)
         except Exception as exc:  # let go by the server, or the server is gone
             logger.debug(f"Thrift session not reused: {exc}")
             close(handle)
@@ -270,10 +316,28 @@ def server_default(
     return value
 
 
+@contextmanager
+def bounded(connection: Any) -> Iterator[None]:
+    """Calls on pyhive's `connection` wait at most QUIET_TIMEOUT_MS for an answer."""
+    transport = getattr(connection, "_transport", None)
+    transport = getattr(transport, "_trans", transport)  # under SASL, the socket
+    set_timeout = getattr(transport, "setTimeout", None)
+    if set_timeout is None:
+        yield
+        return
+    before = getattr(transport, "_timeout", None)  # TSocket's, in seconds
+    set_timeout(QUIET_TIMEOUT_MS)
+    try:
+        yield
+    finally:
+        set_timeout(None if before is None else before * 1000)
+
+
 def close(handle: "BackoffPyhiveConnectionWrapper") -> None:
     # Best effort, as dbt's own close: a server that does not answer has let it go anyway.
     try:
-        handle.handle.close()
+        with bounded(handle.handle):
+            handle.handle.close()
     except Exception as exc:
         logger.debug(f"Thrift session not closed: {exc}")
 
