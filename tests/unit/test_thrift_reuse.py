@@ -413,6 +413,25 @@ class FakeSocket:
         self._timeout = None if ms is None else ms / 1000
 
 
+@pytest.mark.parametrize(
+    "statements",
+    [
+        # the backquoted name is `a``b`, qualified: not the view a
+        ("create temp view a as select 1", "drop view if exists `a``b`.c"),
+        # Spark finds a view by any case of its name: the view renamed is not dropped
+        ("create temp view V as select 1", "alter view v rename to w", "drop view if exists V"),
+        # whitespace inside backquotes is the name's
+        ("create temp view `a  b` as select 1", "drop view if exists `a b`"),
+    ],
+)
+def test_a_view_left_under_a_name_the_drop_did_not_name(statements):
+    assert not ran(thrift.Leftovers(), *statements).clean
+
+
+def test_a_view_dropped_by_its_name_as_written():
+    assert ran(thrift.Leftovers(), "create temp view `a  b` as select 1", "drop view `a  b`").clean
+
+
 def test_a_kept_session_is_asked_and_closed_with_a_timeout():
     pyhive = FakePyhive()
     pyhive._transport = SimpleNamespace(_trans=(socket := FakeSocket()))  # SASL over a socket
@@ -421,6 +440,29 @@ def test_a_kept_session_is_asked_and_closed_with_a_timeout():
     assert socket.timeouts == [thrift.QUIET_TIMEOUT_MS, None]  # and pyhive's none after
     thrift.close(SimpleNamespace(handle=pyhive))
     assert socket.timeouts[2:] == [thrift.QUIET_TIMEOUT_MS, None] and pyhive.closed
+
+
+def test_the_socket_under_a_buffered_transport_gets_the_timeout_too():
+    # NOSASL: pyhive wraps its socket in Thrift's TBufferedTransport, which hides it.
+    from thrift.transport.TTransport import TBufferedTransport
+
+    socket = FakeSocket()
+    with thrift.bounded(SimpleNamespace(_transport=TBufferedTransport(socket))):
+        assert socket.timeouts == [thrift.QUIET_TIMEOUT_MS]
+    assert socket.timeouts[-1] is None
+
+
+def test_a_session_that_does_not_answer_its_close_has_its_socket_closed():
+    pyhive = FakePyhive()
+    pyhive._transport = SimpleNamespace(closed=False)
+    pyhive._transport.close = lambda: setattr(pyhive._transport, "closed", True)
+
+    def silent():
+        raise TimeoutError("timed out")
+
+    pyhive.close = silent
+    thrift.close(SimpleNamespace(handle=pyhive))
+    assert pyhive._transport.closed
 
 
 def test_what_a_node_committed_stays_known_in_the_session_it_leaves():

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 logger = AdapterLogger("FencedSpark")
 
-_NAME = r"(`(?:[^`]|``)+`|[\w$]+)"
-_KEY = r"(`(?:[^`]|``)+`|[^=\s;`]+)"
+# A backquoted name ends at a backquote no other follows (```` is one inside it).
+_NAME = r"(`(?:[^`]|``)+`(?!`)|[\w$]+)"
+_KEY = r"(`(?:[^`]|``)+`(?!`)|[^=\s;`]+)"
 # Statements that change no session state, only data or nothing (the statement's plain text).
 _LEAVES_NOTHING = re.compile(
     r"(SELECT|WITH|FROM|VALUES|TABLE|EXPLAIN|DESCRIBE|DESC|SHOW|INSERT|MERGE|UPDATE|DELETE"
@@ -69,8 +70,8 @@ _TIME_ZONE = "spark.sql.session.timezone"
 
 
 def plain(sql: str) -> str:
-    """The statement as the rules read it: comments dropped wherever they are (outside quotes),
-    runs of whitespace one space, no trailing `;`."""
+    """The statement as the rules read it: comments dropped and runs of whitespace one space,
+    both outside quotes (a quoted name is kept as written), no trailing `;`."""
     out: list[str] = []
     i, n, quote = 0, len(sql), ""
     while i < n:
@@ -87,13 +88,14 @@ def plain(sql: str) -> str:
             quote = c
             out.append(c)
             i += 1
-        elif (end := comment_end(sql, i)) != i:
-            out.append(" ")
-            i = n if end < 0 else end
+        elif (end := comment_end(sql, i)) != i or c.isspace():
+            if out and out[-1] != " ":
+                out.append(" ")
+            i = n if end < 0 else max(end, i + 1)
         else:
             out.append(c)
             i += 1
-    return re.sub(r"\s+", " ", "".join(out)).strip().rstrip(";").strip()
+    return "".join(out).strip().rstrip(";").strip()
 
 
 def _key(quoted: str) -> str:
@@ -185,7 +187,7 @@ class Leftovers:
         elif named:
             if named.lower() in self._their_views or self._theirs_unread:
                 self.reusable = False
-            elif not _DROP.match(body) and named in self._views:
+            elif not _DROP.match(body) and named.lower() in {v.lower() for v in self._views}:
                 self.reusable = False  # renamed or redefined: no longer the view it made
         elif not (_READ.match(body) or _LEAVES_NOTHING.match(body)):
             self.reusable = False
@@ -252,15 +254,18 @@ def keep(handle: "BackoffPyhiveConnectionWrapper") -> bool:
     """At the end of a node: kept for a later one if it left nothing; False if not kept."""
     if handle.pool is None or not handle.leftovers.clean:
         return False
-    handle.kept_at = now = time.monotonic()
+    now = time.monotonic()
     with _lock:
         kept = _kept.setdefault(handle.pool, [])
-        # Those kept first sit at the bottom while later ones serve: closed once idle too long.
+        # Those kept first sit at the bottom while later ones serve: closed once idle too long,
+        # before this one may serve another thread.
         stale = [other for other in kept if now - other.kept_at > MAX_IDLE_SECONDS]
         kept[:] = [other for other in kept if other not in stale]
-        kept.append(handle)
     for other in stale:
         close(other)
+    handle.kept_at = time.monotonic()
+    with _lock:
+        _kept.setdefault(handle.pool, []).append(handle)
     return True
 
 
@@ -320,7 +325,12 @@ def server_default(
 def bounded(connection: Any) -> Iterator[None]:
     """Calls on pyhive's `connection` wait at most QUIET_TIMEOUT_MS for an answer."""
     transport = getattr(connection, "_transport", None)
-    transport = getattr(transport, "_trans", transport)  # under SASL, the socket
+    for _ in range(3):  # the socket under SASL's or a buffered transport (NOSASL)
+        if hasattr(transport, "setTimeout"):
+            break
+        transport = getattr(
+            transport, "_trans", getattr(transport, "_TBufferedTransport__trans", None)
+        )
     set_timeout = getattr(transport, "setTimeout", None)
     if set_timeout is None:
         yield
@@ -340,6 +350,9 @@ def close(handle: "BackoffPyhiveConnectionWrapper") -> None:
             handle.handle.close()
     except Exception as exc:
         logger.debug(f"Thrift session not closed: {exc}")
+        # pyhive closes its socket only after CloseSession answered.
+        with suppress(Exception):
+            handle.handle._transport.close()
 
 
 def release_kept() -> None:
