@@ -52,3 +52,23 @@ def test_a_node_without_a_header_or_with_only_a_comment_has_none():
     assert sql_header.of_node(node("set time zone 'UTC';")) == sql_header.NodeHeader(
         "m", "set time zone 'UTC';"
     )
+
+
+def test_a_part_spark_reads_as_a_comment_is_sent_not_dropped():
+    # Spark's lexer goes on with a `--` comment past a backslash-newline; sqlglot does not.
+    # The part reaches Spark, which refuses it out loud, instead of vanishing.
+    header = "-- C:\\tmp\\\nset spark.sql.ansi.enabled=true;\nset b=2;"
+    assert sql_header.statements(header) == [
+        "-- C:\\tmp\\\nset spark.sql.ansi.enabled=true",
+        "set b=2",
+    ]
+    assert sql_header.statements("/* a */ set a=1; -- only a comment\n; set b=2") == [
+        "/* a */ set a=1",
+        "set b=2",
+    ]
+
+
+def test_what_is_left_after_the_header_is_a_statement_unless_only_comments():
+    assert not sql_header.has_statement(" -- the header was all of it\n;")
+    assert sql_header.has_statement("-- c \\\nselect 1")
+    assert sql_header.has_statement("select 1")

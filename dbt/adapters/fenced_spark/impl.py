@@ -75,7 +75,7 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
-from dbt.adapters.fenced_spark.run_state import first_word, without_leading_comments
+from dbt.adapters.fenced_spark.run_state import first_word
 
 logger = AdapterLogger("FencedSpark")
 
@@ -525,7 +525,7 @@ class FencedSparkAdapter(SparkAdapter):
         self, sql: str, auto_begin: bool = False, fetch: bool = False, limit: int | None = None
     ) -> tuple[AdapterResponse, Any]:
         rest = self._after_header(sql)
-        if rest is not sql and not without_leading_comments(rest).strip():
+        if rest is not sql and not sql_header.has_statement(rest):
             return AdapterResponse(_message="OK"), empty_table()  # the header was all of it
         return self._execute(rest, auto_begin=auto_begin, fetch=fetch, limit=limit)
 

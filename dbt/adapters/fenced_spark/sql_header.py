@@ -36,13 +36,30 @@ def statements(header: str) -> list[str]:
         tokens = Spark().tokenize(header)
     except TokenError:
         return [header.strip().rstrip(";")] if header.strip() else []
-    parts, start = [], 0
+    # A part with a token in it is sent, even one Spark's lexer reads as all comment (a `--`
+    # comment ending in a backslash goes on to the next line): Spark refuses it, out loud.
+    parts, start, tokened = [], 0, False
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
-            parts.append(header[start : token.start])
-            start = token.end + 1
-    parts.append(header[start:])
-    return [p.strip() for p in parts if without_leading_comments(p).strip()]
+            if tokened:
+                parts.append(header[start : token.start])
+            start, tokened = token.end + 1, False
+        else:
+            tokened = True
+    if tokened:
+        parts.append(header[start:])
+    return [p.strip() for p in parts]
+
+
+def has_statement(text: str) -> bool:
+    """Whether anything but comments and semicolons is in `text`, as sqlglot tokenizes it: what
+    Spark's lexer alone reads as a comment (a `--` line ending in a backslash) is sent, and
+    Spark refuses it, rather than being dropped without a word."""
+    try:
+        tokens = Spark().tokenize(text)
+    except TokenError:
+        return bool(text.strip())
+    return any(token.token_type != TokenType.SEMICOLON for token in tokens)
 
 
 def split_off(sql: str, header: str) -> str | None:
