@@ -20,15 +20,13 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.spark.connections import SparkCredentials
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.run_state import leading_words
-
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 
 logger = AdapterLogger("FencedSpark")
 
@@ -173,7 +171,7 @@ def _rpc_call(exc: BaseException) -> Any:
     return None
 
 
-def open_session(creds: "FencedSparkCredentials", name: str | None = None) -> Any:
+def open_session(creds: SparkCredentials, name: str | None = None) -> Any:
     """A kept session made new, or a new Connect session, with the profile's confs."""
     quiet_client()
     url = str(creds.host)
@@ -224,7 +222,7 @@ def no_retries(session: Any) -> Iterator[None]:
         session.client.set_retry_policies(policies)
 
 
-def _open(url: str, creds: "FencedSparkCredentials") -> Any:
+def _open(url: str, creds: SparkCredentials) -> Any:
     """A new Connect session, tried `1 + connect_retries` times `connect_timeout` seconds
     apart; then one error naming the URL."""
     attempts = 1 + max(0, creds.connect_retries)

@@ -19,14 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark.run_state import comment_end
-
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.connections import BackoffPyhiveConnectionWrapper
 
 logger = AdapterLogger("FencedSpark")
 
@@ -230,13 +227,25 @@ class Leftovers:
         self.reusable = False
 
 
+class Session(Protocol):
+    """A connection's handle over a Thrift session (connections.BackoffPyhiveConnectionWrapper):
+    pyhive's connection, and what this module keeps beside it."""
+
+    handle: Any  # pyhive's Connection
+    pool: str | None
+    leftovers: Leftovers
+    kept_at: float
+
+    def reused(self) -> "Session": ...
+
+
 def pool_key(creds: Any) -> str:
     """Sessions are kept per profile: the same server, user and OpenSession confs."""
     return json.dumps(creds.to_dict(omit_none=False), sort_keys=True, default=str)
 
 
 # Sessions kept for a later node, by pool key, most recent last; any thread's.
-_kept: dict[str, list["BackoffPyhiveConnectionWrapper"]] = {}
+_kept: dict[str, list[Session]] = {}
 # The server's own value of a conf, read once in a session that never set it.
 _defaults: dict[tuple[str, str], str | None] = {}
 _lock = threading.Lock()
@@ -250,7 +259,7 @@ MAX_IDLE_SECONDS = 60.0
 QUIET_TIMEOUT_MS = 10_000
 
 
-def keep(handle: "BackoffPyhiveConnectionWrapper") -> bool:
+def keep(handle: Session) -> bool:
     """At the end of a node: kept for a later one if it left nothing; False if not kept."""
     if handle.pool is None or not handle.leftovers.clean:
         return False
@@ -269,7 +278,7 @@ def keep(handle: "BackoffPyhiveConnectionWrapper") -> bool:
     return True
 
 
-def reuse(pool: str, name: str | None) -> "BackoffPyhiveConnectionWrapper | None":
+def reuse(pool: str, name: str | None) -> Session | None:
     while True:
         with _lock:
             kept = _kept.get(pool)
@@ -305,9 +314,7 @@ def alive(connection: Any) -> None:
     hive._check_status(connection.client.GetInfo(request))
 
 
-def server_default(
-    handle: "BackoffPyhiveConnectionWrapper", key: str, read: Callable[[], str | None]
-) -> str | None:
+def server_default(handle: Session, key: str, read: Callable[[], str | None]) -> str | None:
     """`key`'s value in the session: the server's own, read once, where nothing set it."""
     if handle.pool is None or not handle.leftovers.untouched(key):
         return read()
@@ -343,7 +350,7 @@ def bounded(connection: Any) -> Iterator[None]:
         set_timeout(None if before is None else before * 1000)
 
 
-def close(handle: "BackoffPyhiveConnectionWrapper") -> None:
+def close(handle: Session) -> None:
     # Best effort, as dbt's own close: a server that does not answer has let it go anyway.
     try:
         with bounded(handle.handle):
