@@ -4,15 +4,31 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit
 
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.fence.state import FenceState
+
+class Attempt(Protocol):
+    """What a message says of the attempt it ends (state.FenceState)."""
+
+    @property
+    def strategy(self) -> str: ...
+
+    @property
+    def read_version(self) -> int: ...
+
+    @property
+    def expected_version(self) -> int: ...
+
+    @property
+    def display(self) -> str: ...
+
+    @property
+    def node(self) -> str: ...
 
 
 def first_lines(text: str, limit: int = 12) -> str:
@@ -291,7 +307,7 @@ class FenceWriteRefused(FenceError):
     """Delta refused the write statement itself (duplicate source keys, rows outside a
     replace_where) and the log holds no commit of it: the engine's words, and the model."""
 
-    def __init__(self, state: "FenceState", words: str, steps: list[Commit] | None) -> None:
+    def __init__(self, state: Attempt, words: str, steps: list[Commit] | None) -> None:
         self.response = {
             "_message": f"{state.strategy.upper()} failed",
             "fence_outcome": Outcome.NEVER_WRITTEN.value,
