@@ -55,6 +55,11 @@ def has_statement(text: str) -> bool:
     """Whether anything but comments and semicolons is in `text`, as sqlglot tokenizes it: what
     Spark's lexer alone reads as a comment (a `--` line ending in a backslash) is sent, and
     Spark refuses it, rather than being dropped without a word."""
+    # What follows a header is most often the node's statement: text that is no comment to
+    # Spark's lexer is none to sqlglot's either (whose comments end no later), untokenized.
+    head = without_leading_comments(text).lstrip()
+    if head and not head.startswith(";"):
+        return True
     try:
         tokens = Spark().tokenize(text)
     except TokenError:

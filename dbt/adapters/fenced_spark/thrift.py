@@ -95,12 +95,8 @@ def plain(sql: str) -> str:
     return "".join(out).strip().rstrip(";").strip()
 
 
-def _key(quoted: str) -> str:
-    # Spark's conf keys are case-sensitive: kept as written, less the backquotes.
-    return quoted[1:-1].replace("``", "`") if quoted.startswith("`") else quoted
-
-
-def _name(quoted: str) -> str:
+def _unquoted(quoted: str) -> str:
+    # A conf key or a view name as written, less the backquotes (conf keys are case-sensitive).
     return quoted[1:-1].replace("``", "`") if quoted.startswith("`") else quoted
 
 
@@ -111,7 +107,7 @@ def _set_key(key: str) -> str:
 
 def _view_name(quoted: str) -> str | None:
     # `IDENTIFIER('v')` names its view in an expression the rules do not evaluate.
-    return None if quoted.lower() == "identifier" else _name(quoted)
+    return None if quoted.lower() == "identifier" else _unquoted(quoted)
 
 
 def _conf_key(key: str) -> str:
@@ -151,7 +147,6 @@ class Leftovers:
 
     def saw(self, sql: str) -> None:
         """Before the statement runs: what it may leave, even if it fails."""
-        body = plain(sql)
         if "${" in sql:
             # Spark substitutes `${conf}` in the text before it parses it: unread.
             if self.replaying:
@@ -159,18 +154,19 @@ class Leftovers:
             else:
                 self.reusable = False
             return
+        body = plain(sql)
         if self.replaying:
             self._replayed(body)
             return
         named, unread = self._named(body)
         if set_ := _SET.match(body):
-            key = _key(set_.group(1))
+            key = _unquoted(set_.group(1))
             changed = _set_key(key).lower()
             if _set_key(key) != key or changed in self._theirs or _STICKY.match(changed):
                 self.reusable = False
             self._confs.add(key)
         elif reset := _RESET_KEY.match(body):
-            key = _key(reset.group(1)).lower()
+            key = _unquoted(reset.group(1)).lower()
             if key in self._theirs or self._theirs_unread or _STICKY.match(key):
                 self.reusable = False
         elif view := _TEMP_VIEW.match(body):
@@ -204,7 +200,7 @@ class Leftovers:
 
     def _replayed(self, body: str) -> None:
         if set_ := _SET.match(body):
-            self._theirs.add(_set_key(_key(set_.group(1))).lower())
+            self._theirs.add(_set_key(_unquoted(set_.group(1))).lower())
         elif _SET_TIME_ZONE.match(body):
             self._theirs.add(_TIME_ZONE)
         elif (view := _TEMP_VIEW.match(body)) and (name := _view_name(view.group(4))):
@@ -218,7 +214,7 @@ class Leftovers:
             return
         body = plain(sql)
         if reset := _RESET_KEY.match(body):
-            self._confs.discard(_key(reset.group(1)))
+            self._confs.discard(_unquoted(reset.group(1)))
         elif _DROP.match(body) and (named := self._named(body)[0]):
             self._views.discard(named)
 
