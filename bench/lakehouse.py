@@ -142,6 +142,9 @@ class TimedLog:
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
         return self._timed(f"actions {table}", lambda: self.log.actions(table, versions))
 
+    def settled(self, table: str) -> int | None:
+        return self._timed(f"settled {table}", lambda: self.log.settled(table))
+
 
 def project_args(project: str, target: str, target_path: str, log_path: str) -> list[str]:
     """dbt's arguments for a bench project whose profiles.yml sits beside it."""

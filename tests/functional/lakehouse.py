@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 from dbt.tests.util import run_dbt
 
+from dbt.adapters.fenced_spark.fence import protocol
+from dbt.adapters.fenced_spark.fence.history import FenceTag
 from dbt.adapters.fenced_spark.impl import FenceSql
 from tests.harness.writer import ForeignWriter, active_jobs, job_running_for
 
@@ -57,6 +60,15 @@ def response_of(project, name: str) -> dict:
     results = json.loads(path.read_text())["results"]
     [found] = [r for r in results if r["unique_id"].endswith(f".{name}")]
     return found["adapter_response"]
+
+
+def dead_run_merge(spark, node: str, vb: int, merge: str) -> None:
+    """What a run killed between its commit and its verdict leaves (test_crash.py makes it
+    with SIGKILL): its MERGE, computed from vB and tagged so, and nothing after it."""
+    dead = ForeignWriter(spark)
+    tag = FenceTag(str(uuid.uuid4()), node, "merge", vb, 1, "write", vb)
+    dead.sql(protocol.set_conf_sql(protocol.USER_METADATA, tag.to_json()))
+    dead.sql(merge)
 
 
 def max_concurrent(spans) -> int:

@@ -24,6 +24,7 @@ from tests.functional.lakehouse import (
     ForeignAroundWrite,
     ForeignAt,
     ForeignWriter,
+    dead_run_merge,
     history,
     long_spark_job,
     ours,
@@ -600,15 +601,13 @@ class TestErrorsCatalogue:
     def test_an_earlier_run_left_an_unverified_commit(self, project, spark, catalogue):
         table, vb = self.fresh(project, spark, "crashed")
         ForeignWriter(spark).sql(f"update {table} set status = 'cancelled' where id = 1")
-        # The history a run killed between its commit and its verdict leaves behind
-        # (test_crash.py makes it with SIGKILL): its MERGE, computed from vB, tagged, on top
-        # of the foreign commit, and nothing after it.
-        dead = ForeignWriter(spark)
-        tag = FenceTag(str(uuid.uuid4()), "model.my_project.crashed", "merge", vb, 1, "write", vb)
-        dead.sql(protocol.set_conf_sql(protocol.USER_METADATA, tag.to_json()))
-        dead.sql(
+        # A dead run's MERGE on top of the foreign commit.
+        dead_run_merge(
+            spark,
+            "model.my_project.crashed",
+            vb,
             f"merge into {table} t using (select 1 as id, 'shipped' as status, 11 as amount) s "
-            "on s.id = t.id when matched then update set *"
+            "on s.id = t.id when matched then update set *",
         )
         results = run_dbt(["run", "--select", "crashed"], expect_pass=False)
         after = self.landed_after(spark, table, vb)

@@ -8,7 +8,8 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 from dbt_common.exceptions import DbtRuntimeError
 
-from tests.functional.lakehouse import history, response_of, rows
+from tests.functional.lakehouse import dead_run_merge, history, response_of, rows
+from tests.harness.writer import ForeignWriter
 
 MISSING = "fenced_no_such_schema.fenced_no_such_table"
 
@@ -155,3 +156,74 @@ class TestAKeptSessionServesTheNextFencedNode:
             assert newest.tag["node"].endswith(f".{name}")
             assert response["commit_version"] == newest.version
             assert rows(spark, f"select distinct round from {project.test_schema}.{name}") == [(1,)]
+
+
+class TestTheLastRunsVerifiedCommitSparesTheCapturesRead:
+    """Over SQL the capture reads the newest commits (a Spark job) to find an earlier run of
+    the node that died before its verdict. When the node's last run committed vN, the fence
+    verified it, and vN is still the newest version, that run checked them already: over
+    Thrift one EXPLAIN of the commit files says so and no file is read (SqlLog.settled). Any
+    commit after vN is read, and a dead run's is found as before."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"settled.sql": FENCED_MERGE}
+
+    def test_a_verified_commit_still_newest_is_not_read_again(
+        self, project, spark, dbt_profile_name
+    ):
+        table = f"{project.test_schema}.settled"
+        run_dbt(["run"])
+        run_dbt(["run", "--vars", '{"round": 1}'])
+        first = response_of(project, "settled")
+        [location] = [r[1] for r in rows(spark, f"describe extended {table}") if r[0] == "Location"]
+        if dbt_profile_name == "session":
+            assert "table_location" not in first  # the session reads the log itself
+        else:
+            assert first["table_location"] == location
+        _, logs = run_dbt_and_capture(["--debug", "run", "--vars", '{"round": 2}'])
+        response = response_of(project, "settled")
+        newest = history(spark, table)[-1]
+        assert (response["fence_outcome"], response["read_version"]) == (
+            "committed",
+            first["commit_version"],
+        )
+        assert response["commit_version"] == newest.version and newest.tag["step"] == "write"
+        commit_reads = logs.count("regexp_extract(decode(content")
+        if dbt_profile_name == "thrift":
+            assert commit_reads == 0, "the capture read commit files"
+            assert f"{newest.version - 1:020d}.json," in logs  # the EXPLAIN that settled it
+        elif dbt_profile_name == "connect":
+            assert commit_reads >= 1  # an EXPLAIN costs what the read does there
+
+    def test_a_dead_runs_commit_after_it_is_found(self, project, spark):
+        table = f"{project.test_schema}.settled"
+        run_dbt(["run", "--vars", '{"round": 3}'])
+        vb = history(spark, table)[-1].version
+        assert response_of(project, "settled")["commit_version"] == vb
+        # A dead run's MERGE on top of a foreign commit it never judged.
+        ForeignWriter(spark).sql(f"update {table} set round = 30 where id = 1")
+        dead_run_merge(
+            spark,
+            "model.test.settled",
+            vb,
+            f"merge into {table} t using (select 2 as id, 31 as round) s on s.id = t.id "
+            "when matched then update set *",
+        )
+        landed = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, e.tag and e.tag["step"]) for e in landed] == [
+            ("UPDATE", None),
+            ("MERGE", "write"),
+        ]
+        run_dbt(["run", "--vars", '{"round": 4}'], expect_pass=False)
+        response = response_of(project, "settled")
+        assert (response["fence_outcome"], response["unresolved_version"]) == (
+            "earlier_run_unresolved",
+            landed[1].version,
+        )
+        assert history(spark, table)[-1].version == landed[1].version  # nothing of ours
+        assert rows(spark, f"select id, round from {table} order by id") == [
+            (1, 30),
+            (2, 31),
+            (3, 3),
+        ]

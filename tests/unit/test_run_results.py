@@ -12,7 +12,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     Outcome,
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
-from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
+from dbt.adapters.fenced_spark.run_results import FenceResponses, LastRun, last_runs
 
 UPDATE = Commit(13, "UPDATE", 12, None)
 OPTIMIZE = Commit(14, "OPTIMIZE", 13, None)
@@ -163,12 +163,60 @@ def test_the_last_run_s_versions_are_read_by_node(tmp_path):
             }
         )
     )
-    assert last_versions(str(tmp_path), "now") == {"model.p.a": 7, "model.p.b": 4, "model.p.c": 3}
-    assert last_versions(str(tmp_path), "last") == {}  # this run's own: not a last run
-    assert last_versions(str(tmp_path / "missing"), "now") == {}
+    assert last_runs(str(tmp_path), "now") == {
+        "model.p.a": LastRun(7),
+        "model.p.b": LastRun(4),
+        "model.p.c": LastRun(3),
+    }
+    assert last_runs(str(tmp_path), "last") == {}  # this run's own: not a last run
+    assert last_runs(str(tmp_path / "missing"), "now") == {}
+
+
+def test_only_a_verified_commit_with_its_table_s_location_settles_the_version(tmp_path):
+    where = "file:/w/orders"
+    committed = {"fence_outcome": "committed", "commit_version": 7, "table_location": where}
+    responses = {
+        "model.p.a": committed,
+        "model.p.b": {**committed, "table_location": None},  # the session: no location
+        "model.p.c": {**committed, "fence_outcome": "written_not_reverted"},
+        # A retry reads above what its capture checked: no_change settles nothing.
+        "model.p.d": {"fence_outcome": "no_change", "read_version": 7, "table_location": where},
+        "model.p.e": {"batches": [{"fence_outcome": "unverified", "read_version": 2}, committed]},
+        "model.p.f": {
+            "batches": [
+                committed,
+                {
+                    "fence_outcome": "batch_already_applied",
+                    "commit_version": 9,
+                    "table_location": where,
+                },
+            ]
+        },
+        "model.p.g": {"fence_outcome": "committed", "read_version": 7, "table_location": where},
+    }
+    (tmp_path / "run_results.json").write_text(
+        json.dumps(
+            {
+                "metadata": {"invocation_id": "last"},
+                "results": [
+                    {"unique_id": node, "adapter_response": response}
+                    for node, response in responses.items()
+                ],
+            }
+        )
+    )
+    assert last_runs(str(tmp_path), "now") == {
+        "model.p.a": LastRun(7, where),
+        "model.p.b": LastRun(7),
+        "model.p.c": LastRun(7),
+        "model.p.d": LastRun(7),
+        "model.p.e": LastRun(7, where),
+        "model.p.f": LastRun(9),
+        "model.p.g": LastRun(7),
+    }
 
 
 def test_a_run_results_file_it_cannot_read_gives_no_start(tmp_path):
     for text in ('{"metadata": null}', '{"metadata": {}, "results": 5}', "[1]", "{"):
         (tmp_path / "run_results.json").write_text(text)
-        assert last_versions(str(tmp_path), "now") == {}
+        assert last_runs(str(tmp_path), "now") == {}

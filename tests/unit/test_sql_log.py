@@ -168,10 +168,60 @@ def test_a_pre_check_on_an_untouched_table_asks_the_plan_only_and_not_the_catalo
     server.statements.clear()
     assert SqlLog(server, node).latest_version(TABLE, known=9_999) == 9_999
     assert len(server.statements) == 1 and server.probes() == 1
-    assert (
-        "/00000000000000009999.json,/00000000000000010000.json,/_staged_commits/*}"
-        in (server.statements[0])
-    )
+    later = "/00000000000000010000.json"
+    staged = "/_staged_commits/*"
+    assert f"/00000000000000009999.json,{later},{later},{staged},{staged}}}" in server.statements[0]
+
+
+def test_a_pre_check_is_not_fooled_by_a_cleanup_that_took_vb_as_the_next_version_landed():
+    # Spark counts a path as often as it is named: with the later names doubled, one file of
+    # the three can only be vB's.
+    server = FakeServer(5)
+    node: dict = {}
+    SqlLog(server, node).latest_version(TABLE)
+    server.commit()
+    del server.files[commit_file(4)]
+    assert SqlLog(server, node).latest_version(TABLE, known=4) == 0  # FakeServer's history
+    assert server.history_reads == 1
+
+
+WHERE = LOG.removesuffix("/_delta_log")
+
+
+def test_the_last_run_s_verified_commit_still_newest_is_settled_by_one_plan():
+    server = FakeServer(10_000)
+    log = SqlLog(server, {}, hints={TABLE: 9_999}, settled={TABLE: WHERE})
+    assert log.settled(TABLE) == 9_999
+    assert server.lookups() == 1 and server.probes() == 1 and server.reads() == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["commit", "cleanup", "staged", "elsewhere", "not settled", "unreadable plan", "failing"],
+)
+def test_anything_but_that_commit_at_the_head_is_not_settled(change):
+    server = FakeServer(10)
+    hints, settled = {TABLE: 9}, {TABLE: WHERE}
+    if change == "commit":
+        server.commit()
+    elif change == "cleanup":
+        server.commit()
+        del server.files[commit_file(9)]
+    elif change == "staged":
+        server.files["_staged_commits/00000000000000000010.3f2a.json"] = "{}"
+    elif change == "elsewhere":
+        settled = {TABLE: "file:/w/orders_before_it_moved"}
+    elif change == "not settled":
+        settled = {}
+    elif change == "unreadable plan":
+        server.plan = None
+    node: dict = {}
+    if change == "failing":  # after the catalog was asked: the plan fails
+        SqlLog(server, node).latest_version(TABLE)
+        server.statements.clear()
+        server.fails = "[INTERNAL_ERROR] the server is gone"
+    assert SqlLog(server, node, hints=hints, settled=settled).settled(TABLE) is None
+    assert server.reads() == 0 and server.history_reads == 0
 
 
 def test_a_pre_check_after_a_commit_reads_it():

@@ -72,9 +72,9 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     reads_self,
     statement_kind,
 )
-from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
+from dbt.adapters.fenced_spark.fence.sql_log import SqlLog, location_of
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
-from dbt.adapters.fenced_spark.run_results import FenceResponses, last_versions
+from dbt.adapters.fenced_spark.run_results import FenceResponses, LastRun, last_runs
 from dbt.adapters.fenced_spark.run_state import first_word
 
 logger = AdapterLogger("FencedSpark")
@@ -112,6 +112,9 @@ class FencedAdapterResponse(AdapterResponse):
     tolerated: list[str] | None = None
     # The node's own commits before its write: `v1 DELETE (pre_hook)`.
     steps: list[str] | None = None
+    # Over SQL, where the catalog placed the table: the next run takes this run's verified
+    # commit as checked only for a table still there (SqlLog.settled).
+    table_location: str | None = None
 
 
 class FenceSql:
@@ -250,13 +253,16 @@ class FenceSql:
         self,
         locations: dict[str, str | None] | None = None,
         hints: dict[str, int] | None = None,
+        settled: dict[str, str] | None = None,
     ) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
         # Thrift and Connect clients have no JVM of their own: the server reads the files,
         # where the node's earlier steps found them (`locations`), from where the node's last
         # run left the table (`hints`).
         if self.over_sql():
-            return SqlLog(self, locations, hints)
+            # Over Connect an EXPLAIN costs what reading the files does (bench, part 1 by
+            # kind): the capture reads commits even where the last run's verdict would do.
+            return SqlLog(self, locations, hints, None if self.over_connect() else settled)
         handle = self.connections.get_thread_connection().handle.handle
         return LogTail(handle.spark, fallback=SqlHistory(self))
 
@@ -329,7 +335,7 @@ class FencedSparkAdapter(SparkAdapter):
         self._nodes = threading.local()
         self._responses = FenceResponses()
         self._versions_lock = threading.Lock()
-        self._versions: tuple[str, dict[str, int]] | None = None  # invocation id, versions
+        self._versions: tuple[str, dict[str, LastRun]] | None = None  # invocation id, runs
         # dbt builds the adapter before it parses the project: the JVM starts meanwhile.
         if self.config.credentials.method == SparkConnectionMethod.SESSION:
             session.start_early(self.config.credentials, dbt_command())
@@ -507,17 +513,25 @@ class FencedSparkAdapter(SparkAdapter):
         runner = FenceSql(self.connections, txn.described if txn is not None else None)
         if txn is None:
             return Fence(runner, self.connections.single_attempt, log=runner.log())
-        hint = self._last_versions().get(txn.node) if runner.over_sql() else None
-        log = runner.log(txn.logs, {txn.table: hint} if hint is not None else None)
+        last = self._last_runs().get(txn.node) if runner.over_sql() else None
+        if last is None:
+            return Fence(runner, self.connections.single_attempt, log=runner.log(txn.logs))
+        # A batch already applied is found in the commits: its capture reads them.
+        settled = last.settled_at if last.settled_at and txn.batch is None else None
+        log = runner.log(
+            txn.logs,
+            {txn.table: last.version},
+            {txn.table: settled} if settled else None,
+        )
         return Fence(runner, self.connections.single_attempt, log=log)
 
-    def _last_versions(self) -> dict[str, int]:
+    def _last_runs(self) -> dict[str, LastRun]:
         """Where the last run left each fenced table (run_results.json), read once per run."""
         invocation = str(get_invocation_id())
         with self._versions_lock:
             if self._versions is None or self._versions[0] != invocation:
                 target = getattr(self.config, "project_target_path", None)
-                self._versions = (invocation, last_versions(target, invocation) if target else {})
+                self._versions = (invocation, last_runs(target, invocation) if target else {})
             return self._versions[1]
 
     @records_failure
@@ -619,11 +633,14 @@ class FencedSparkAdapter(SparkAdapter):
         (yet): the read runs as written and the materialization decides."""
         if txn.state is not None:
             return True
+        fence = self._fence()
         try:
-            version = self._fence().latest_version(txn.table)
+            settled = fence.log.settled(txn.table)
+            version = fence.latest_version(txn.table) if settled is None else settled
         except DbtRuntimeError:
             txn.unfenced = True
             return False
+        txn.settled = settled is not None
         logger.debug(
             f"fenced_spark: {txn.display} read at {txn.phase.value} time: vB is v{version}"
         )
@@ -641,7 +658,7 @@ class FencedSparkAdapter(SparkAdapter):
         if txn.phase == Phase.COMPILE:
             # Touched at compile time: a read-modify-write, fenced as a compile-time read is.
             txn.compile_reads.append(sql)
-            if not txn.checked:
+            if not txn.checked and not (txn.settled and txn.batch is None):
                 # Before our first commit: an earlier run's unverified commit must not be
                 # buried under it (fence_begin's check stops at the node's own commits), and
                 # a batch already applied must not be touched (fence_begin then says so).
@@ -707,10 +724,14 @@ class FencedSparkAdapter(SparkAdapter):
         if txn.state is None:
             version, recent = fence.capture(relation.fence_name)
             txn.start(strategy, version)
+            txn.settled = recent is None
         state = txn.fenced_as(strategy)
         if txn.batch is not None and txn.applied is None:
             recent = list(recent if recent is not None else fence.log.recent(state.table, LOOKBACK))
-        fence.check_earlier_runs(state, frozenset(accepted or ()), iter(recent) if recent else None)
+        if recent is not None or not txn.settled:
+            fence.check_earlier_runs(
+                state, frozenset(accepted or ()), iter(recent) if recent else None
+            )
         if txn.applied is None and recent is not None:
             txn.applied = fence.batch_applied(state, recent)
         txn.phase = Phase.PRE_HOOK
@@ -977,6 +998,7 @@ class FencedSparkAdapter(SparkAdapter):
             fence_outcome=result.outcome.value,
             tolerated=over,
             steps=steps or None,
+            table_location=location_of(log) if (log := txn.logs.get(txn.table)) else None,
         )
         # A post-hook or grant failing after this commit leaves dbt's response empty.
         self._responses.record(txn.node, response.to_dict(omit_none=True))

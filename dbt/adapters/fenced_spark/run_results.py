@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -72,25 +72,44 @@ class FenceResponses:
             logger.debug(f"could not add the fence's responses to {path}: {exc}")
 
 
-def last_versions(target_path: str, invocation_id: str) -> dict[str, int]:
-    """The version each fenced node left its table at in the last run that wrote this folder's
-    run_results.json (its commit, else the version it read), by unique_id: where the fence
-    starts looking for the newest version over SQL. Only a start: it is read anew. A file it
-    cannot read gives none."""
+class LastRun(NamedTuple):
+    """Where a fenced node's last run left its table."""
+
+    version: int  # its commit, else the version it read
+    # Where the table was, when `version` is that run's commit and the fence verified it:
+    # an earlier-runs check starting there stops there. None otherwise, or when it did not say.
+    settled_at: str | None = None
+
+
+def last_runs(target_path: str, invocation_id: str) -> dict[str, LastRun]:
+    """Where each fenced node left its table in the last run that wrote this folder's
+    run_results.json, by unique_id: over SQL, where the fence starts looking for the newest
+    version, and, when that is the run's verified commit and nothing landed since, what
+    spares the capture its read of commits (`SqlLog.settled`). Versions are read anew either
+    way. A file it cannot read gives none."""
     try:
         with open(os.path.join(target_path, FILE_NAME), encoding="utf-8") as f:
             results = json.load(f)
         if results["metadata"]["invocation_id"] == invocation_id:
             return {}  # this run's own
-        versions: dict[str, int] = {}
+        runs: dict[str, LastRun] = {}
         for result in results["results"]:
             response = result.get("adapter_response") or {}
             batches = response.get("batches")
             last = batches[-1] if isinstance(batches, list) and batches else response
             version = last.get("commit_version", last.get("read_version"))
             # A version Delta could write: anything else is no start at all.
-            if type(version) is int and 0 <= version < 2**63:
-                versions[str(result["unique_id"])] = version
-        return versions
+            if type(version) is not int or not 0 <= version < 2**63:
+                continue
+            where = last.get("table_location")
+            # Not no_change: after a retry its read_version is above what its capture checked.
+            settled = (
+                last.get("fence_outcome") == "committed"
+                and last.get("commit_version") == version
+                and isinstance(where, str)
+                and bool(where)
+            )
+            runs[str(result["unique_id"])] = LastRun(version, where if settled else None)
+        return runs
     except Exception:
         return {}

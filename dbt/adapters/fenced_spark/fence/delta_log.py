@@ -151,6 +151,9 @@ class LogTail:
             start = checkpoint if checkpoint is not None else -1
         return _gallop(log, start)
 
+    def settled(self, table: str) -> int | None:
+        return None  # reading commits costs no statement here: capture always reads them
+
     def recent(self, table: str, limit: int) -> Iterator[Commit]:
         """Newest first, one commit file at a time: a caller that stops early reads little."""
         log = self._log(table)

@@ -229,6 +229,8 @@ class HistoryReader(Protocol):
 
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]: ...
 
+    def settled(self, table: str) -> int | None: ...
+
 
 class HistorySource(Protocol):
     def history(self, table: str, limit: int) -> list[Commit]: ...
@@ -255,6 +257,9 @@ class SqlHistory:
     def recent(self, table: str, limit: int) -> Iterator[Commit]:
         """The newest `limit` commits, newest first: one history read."""
         return reversed(self.source.history(table, limit))
+
+    def settled(self, table: str) -> int | None:
+        return None  # the newest version costs a history read here: capture reads commits
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""

@@ -72,6 +72,9 @@ class NodeTransaction:
     accepted: frozenset[int] = frozenset()
     # An earlier run's unverified commit was looked for (before a compile-time step).
     checked: bool = False
+    # vB is the node's last run's verified commit and nothing landed since: no earlier run
+    # left anything to look for (capture.capture).
+    settled: bool = False
     # The model's fence_batch_id, and this node's commit of that batch when the table holds
     # one already: then nothing of the node writes the target (fence/batch.py).
     batch: str | None = None

@@ -320,7 +320,7 @@ class Fence:
 
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
-    def capture(self, table: str) -> tuple[int, Iterator[Commit]]:
+    def capture(self, table: str) -> tuple[int, Iterator[Commit] | None]:
         return capture.capture(self, table)
 
     def check_earlier_runs(

@@ -55,6 +55,16 @@ def glob_literal(location: str) -> str:
     return re.sub(r"([\\{}\[\]*?])", r"\\\1", location)
 
 
+def delta_log(location: str) -> str:
+    """The table's `_delta_log` folder as SqlLog's paths name it."""
+    return glob_literal(location.rstrip("/")) + "/_delta_log"
+
+
+def location_of(log: str) -> str:
+    """The table's location, from its `_delta_log` folder as SqlLog's paths name it."""
+    return re.sub(r"\\(.)", r"\1", log.removesuffix("/_delta_log"))
+
+
 class SqlLog:
     """The fence's HistoryReader over SQL. One per fence step, like the session's LogTail:
     where the table lives is looked up once per step for reads of its commits. `node` carries
@@ -67,6 +77,7 @@ class SqlLog:
         source: HistorySource,
         node: dict[str, str | None] | None = None,
         hints: dict[str, int] | None = None,
+        settled: dict[str, str] | None = None,
     ) -> None:
         self.source = source
         self.fallback = SqlHistory(source)
@@ -74,6 +85,9 @@ class SqlLog:
         # Where to start looking for the newest version when none is known (the version the
         # node's last run left, run_results.json): only a start, every version is read anew.
         self._hints = {} if hints is None else hints
+        # Where the table was when that run's verdict covered every commit up to its hint
+        # (run_results.json's table_location): `settled`.
+        self._settled = {} if settled is None else settled
         self._logs: dict[str, str | None] = {}
         # Commit infos read so far, by table and version: a commit never changes once written.
         # Only ever used for a version's content; whether a version exists is always read anew.
@@ -107,7 +121,7 @@ class SqlLog:
         if len(providers) != 1 or len(locations) != 1 or providers[0].lower() != "delta":
             return None
         # Spark prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
-        return glob_literal(locations[0].rstrip("/")) + "/_delta_log"
+        return delta_log(locations[0])
 
     @staticmethod
     def _paths(log: str, versions: Sequence[int], extra: str = "") -> str:
@@ -130,11 +144,11 @@ class SqlLog:
                 return []
             raise
 
-    def _count(self, log: str, versions: Sequence[int], staged: bool = False) -> int | None:
-        """How many of the commit files of `versions` exist (and staged commits, with
-        `staged`), from the plan Spark makes to read them: no file is read, no job runs.
-        None when the plan does not say."""
-        path = self._paths(log, versions, f"/{_STAGED}/*" if staged else "")
+    def _count(self, log: str, versions: Sequence[int], staged: int = 0) -> int | None:
+        """How many of the commit files of `versions` exist (and staged commits, `staged` times
+        each), from the plan Spark makes to read them: no file is read, no job runs. A path
+        named twice is counted twice. None when the plan does not say."""
+        path = self._paths(log, versions, ",".join([f"/{_STAGED}/*"] * staged))
         try:
             rows = self.source.fetch(f"EXPLAIN SELECT path FROM binaryFile.`{path}`")
         except Exception as exc:
@@ -252,10 +266,28 @@ class SqlLog:
             return fallback()
 
     def _unmoved(self, log: str, known: int) -> bool:
-        """`known` is still the newest version: one file of `known`, `known + 1` and the staged
-        commits exists. It is `known`'s, unless a cleanup removed `known` as `known + 1` landed:
-        then our write commits above that commit and the verification judges it."""
-        return self._count(log, [known, known + 1], staged=True) == 1
+        """`known` is still the newest version, and no commit waits to be published: of the
+        files of `known`, `known + 1` and the staged commits, only `known`'s exists. The
+        later ones are named twice, so the count is 1 only when the one file is `known`'s (a
+        cleanup may remove `known` once `known + 1` is checkpointed)."""
+        return self._count(log, [known, known + 1, known + 1], staged=2) == 1
+
+    def settled(self, table: str) -> int | None:
+        """The newest version, when it is where the node's last run left the table with its
+        verdict (`settled`: its commit verified, or nothing to write over that version) and
+        nothing landed since: that run checked every commit up to it, so one EXPLAIN
+        replaces the capture's read of commits. None otherwise, and for a table the catalog
+        now places elsewhere than that run found it."""
+        version, where = self._hints.get(table), self._settled.get(table)
+        if version is None or where is None:
+            return None
+        log = self._log(table)
+        if log is None or log != delta_log(where):
+            return None
+        try:
+            return version if self._unmoved(log, version) else None
+        except Exception:
+            return None  # the capture's read of commits says what is wrong, if anything
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         def read(log: str) -> int:
