@@ -158,72 +158,116 @@ class TestAKeptSessionServesTheNextFencedNode:
             assert rows(spark, f"select distinct round from {project.test_schema}.{name}") == [(1,)]
 
 
+# Reads its table at compile time, then deletes from it there (a step of the run): vB is
+# captured at the read, and the DELETE is the node's first commit.
+COMPILE_TIME_STEP = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}
+{% if execute and is_incremental() %}
+  {% do run_query("select count(*) from " ~ this) %}
+  {% do run_query("delete from " ~ this ~ " where id = 3") %}
+{% endif %}
+select id, {{ var('round', 0) }} as round from range(1, 4)
+"""
+
+
 class TestTheLastRunsVerifiedCommitSparesTheCapturesRead:
     """Over SQL the capture reads the newest commits (a Spark job) to find an earlier run of
     the node that died before its verdict. When the node's last run committed vN, the fence
     verified it, and vN is still the newest version, that run checked them already: over
     Thrift one EXPLAIN of the commit files says so and no file is read (SqlLog.settled). Any
-    commit after vN is read, and a dead run's is found as before."""
+    commit after vN is read, and a dead run's is found as before: at the capture, or at a
+    compile-time read, before a compile-time DELETE."""
+
+    NAMES = ("settled", "settled_at_compile")
+
+    @staticmethod
+    def before_first_commit(logs: str, name: str) -> str:
+        """The node's statements in a --debug run's log, up to its first write to its table."""
+        parts = re.split(r"On (model\.test\.\w+): ", logs)
+        ours = [
+            text
+            for node, text in zip(parts[1::2], parts[2::2], strict=True)
+            if node == f"model.test.{name}"
+        ]
+        writes = re.compile(
+            r"^\s*(/\*.*?\*/\s*)?(-- back compat.*\n\s*)?(delete from|merge into)", re.I | re.S
+        )
+        first = next(i for i, text in enumerate(ours) if writes.match(text))
+        return "".join(ours[:first])
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {"settled.sql": FENCED_MERGE}
+        return {"settled.sql": FENCED_MERGE, "settled_at_compile.sql": COMPILE_TIME_STEP}
 
     def test_a_verified_commit_still_newest_is_not_read_again(
         self, project, spark, dbt_profile_name
     ):
-        table = f"{project.test_schema}.settled"
         run_dbt(["run"])
         run_dbt(["run", "--vars", '{"round": 1}'])
-        first = response_of(project, "settled")
-        [location] = [r[1] for r in rows(spark, f"describe extended {table}") if r[0] == "Location"]
-        if dbt_profile_name == "session":
-            assert "table_location" not in first  # the session reads the log itself
-        else:
-            assert first["table_location"] == location
+        first = {name: response_of(project, name) for name in self.NAMES}
         _, logs = run_dbt_and_capture(["--debug", "run", "--vars", '{"round": 2}'])
-        response = response_of(project, "settled")
-        newest = history(spark, table)[-1]
-        assert (response["fence_outcome"], response["read_version"]) == (
-            "committed",
-            first["commit_version"],
-        )
-        assert response["commit_version"] == newest.version and newest.tag["step"] == "write"
-        commit_reads = logs.count("regexp_extract(decode(content")
-        if dbt_profile_name == "thrift":
-            assert commit_reads == 0, "the capture read commit files"
-            assert f"{newest.version - 1:020d}.json," in logs  # the EXPLAIN that settled it
-        elif dbt_profile_name == "connect":
-            assert commit_reads >= 1  # an EXPLAIN costs what the read does there
+        for name in self.NAMES:
+            table = f"{project.test_schema}.{name}"
+            where = [r[1] for r in rows(spark, f"describe extended {table}") if r[0] == "Location"]
+            if dbt_profile_name == "session":
+                assert "table_location" not in first[name]  # the session reads the log itself
+            else:
+                assert [first[name]["table_location"]] == where
+            response = response_of(project, name)
+            newest = history(spark, table)[-1]
+            assert response["fence_outcome"] == "committed"
+            assert response["commit_version"] == newest.version and newest.tag["step"] == "write"
+            vn = first[name]["commit_version"]
+            assert response["read_version"] == vn
+            # Until the node's first commit: the capture, and the pre-check's EXPLAIN that finds
+            # vN still newest (the capture's too over Thrift).
+            before = self.before_first_commit(logs, name)
+            probe = f"/{vn:020d}.json,/{vn + 1:020d}.json,/{vn + 1:020d}.json,"
+            probes = {"session": 0, "thrift": 2, "connect": 1}[dbt_profile_name]
+            assert before.count(probe) == probes, (name, before.count(probe))
+            commit_reads = before.count("regexp_extract(decode(content")
+            if dbt_profile_name == "thrift":
+                assert commit_reads == 0, f"{name}'s capture read commit files"
+            elif dbt_profile_name == "connect":
+                # An EXPLAIN costs what the read does there: the capture reads, and so does the
+                # earlier-runs search before a compile-time DELETE.
+                assert commit_reads == (2 if name == "settled_at_compile" else 1)
+        assert rows(spark, f"select distinct round from {project.test_schema}.settled") == [(2,)]
 
     def test_a_dead_runs_commit_after_it_is_found(self, project, spark):
-        table = f"{project.test_schema}.settled"
         run_dbt(["run", "--vars", '{"round": 3}'])
-        vb = history(spark, table)[-1].version
-        assert response_of(project, "settled")["commit_version"] == vb
-        # A dead run's MERGE on top of a foreign commit it never judged.
-        ForeignWriter(spark).sql(f"update {table} set round = 30 where id = 1")
-        dead_run_merge(
-            spark,
-            "model.test.settled",
-            vb,
-            f"merge into {table} t using (select 2 as id, 31 as round) s on s.id = t.id "
-            "when matched then update set *",
-        )
-        landed = [e for e in history(spark, table) if e.version > vb]
-        assert [(e.operation, e.tag and e.tag["step"]) for e in landed] == [
-            ("UPDATE", None),
-            ("MERGE", "write"),
-        ]
-        run_dbt(["run", "--vars", '{"round": 4}'], expect_pass=False)
+        landed = {}
+        for name in self.NAMES:
+            table = f"{project.test_schema}.{name}"
+            vb = history(spark, table)[-1].version
+            assert response_of(project, name)["commit_version"] == vb
+            # A dead run's MERGE on top of a foreign commit it never judged.
+            ForeignWriter(spark).sql(f"update {table} set round = 30 where id = 1")
+            dead_run_merge(
+                spark,
+                f"model.test.{name}",
+                vb,
+                f"merge into {table} t using (select 2 as id, 31 as round) s on s.id = t.id "
+                "when matched then update set *",
+            )
+            landed[name] = [e for e in history(spark, table) if e.version > vb]
+            assert [(e.operation, e.tag and e.tag["step"]) for e in landed[name]] == [
+                ("UPDATE", None),
+                ("MERGE", "write"),
+            ]
+        results = run_dbt(["run", "--vars", '{"round": 4}'], expect_pass=False)
         response = response_of(project, "settled")
         assert (response["fence_outcome"], response["unresolved_version"]) == (
             "earlier_run_unresolved",
-            landed[1].version,
+            landed["settled"][1].version,
         )
-        assert history(spark, table)[-1].version == landed[1].version  # nothing of ours
-        assert rows(spark, f"select id, round from {table} order by id") == [
-            (1, 30),
-            (2, 31),
-            (3, 3),
-        ]
+        [compiled] = [r for r in results.results if r.node.name == "settled_at_compile"]
+        assert "an earlier run" in compiled.message  # before its compile-time DELETE
+        for name in self.NAMES:
+            table = f"{project.test_schema}.{name}"
+            assert history(spark, table)[-1].version == landed[name][1].version  # nothing ours
+            assert rows(spark, f"select id, round from {table} order by id") == [
+                (1, 30),
+                (2, 31),
+                (3, 3),
+            ]

@@ -494,3 +494,18 @@ def test_a_tag_whose_set_applied_and_then_failed_is_reset():
         table.execute("merge into t")
     assert table.conf.get(USER_METADATA) is None
     assert len(table.commits) == 1  # the write never ran
+
+
+def test_an_earlier_commit_its_own_run_verified_is_taken_as_verified():
+    # run_results.json says run inv-0 verified v2 (a commit that landed during its write was
+    # judged then): the search takes that verdict for that commit, and for no other.
+    table = FakeTable()
+    earlier_run(table)
+    verified = fence(table)
+    verified.verified = (2, "inv-0")
+    verified.check_earlier_runs(state(expected=2), frozenset())
+    for other in ((2, "inv-9"), (1, "inv-0")):
+        refusing = fence(table)
+        refusing.verified = other
+        with pytest.raises(FenceUnresolved):
+            refusing.check_earlier_runs(state(expected=2), frozenset())

@@ -164,9 +164,9 @@ def test_the_last_run_s_versions_are_read_by_node(tmp_path):
         )
     )
     assert last_runs(str(tmp_path), "now") == {
-        "model.p.a": LastRun(7),
-        "model.p.b": LastRun(4),
-        "model.p.c": LastRun(3),
+        "model.p.a": LastRun(7, invocation_id="last"),
+        "model.p.b": LastRun(4, invocation_id="last"),
+        "model.p.c": LastRun(3, invocation_id="last"),
     }
     assert last_runs(str(tmp_path), "last") == {}  # this run's own: not a last run
     assert last_runs(str(tmp_path / "missing"), "now") == {}
@@ -193,6 +193,7 @@ def test_only_a_verified_commit_with_its_table_s_location_settles_the_version(tm
             ]
         },
         "model.p.g": {"fence_outcome": "committed", "read_version": 7, "table_location": where},
+        "model.p.h": {"batches": [{**committed, "commit_version": 6}, committed]},
     }
     (tmp_path / "run_results.json").write_text(
         json.dumps(
@@ -205,15 +206,20 @@ def test_only_a_verified_commit_with_its_table_s_location_settles_the_version(tm
             }
         )
     )
-    assert last_runs(str(tmp_path), "now") == {
-        "model.p.a": LastRun(7, where),
-        "model.p.b": LastRun(7),
-        "model.p.c": LastRun(7),
-        "model.p.d": LastRun(7),
-        "model.p.e": LastRun(7, where),
-        "model.p.f": LastRun(9),
-        "model.p.g": LastRun(7),
+    runs = last_runs(str(tmp_path), "now")
+    assert {node: (run.version, run.settled_at) for node, run in runs.items()} == {
+        "model.p.a": (7, where),
+        "model.p.b": (7, None),
+        "model.p.c": (7, None),
+        "model.p.d": (7, None),
+        # An earlier batch's commit its later batches took as their own run's: not settled.
+        "model.p.e": (7, None),
+        "model.p.f": (9, None),
+        "model.p.g": (7, None),
+        "model.p.h": (7, where),
     }
+    assert runs["model.p.b"].verified and not runs["model.p.c"].verified
+    assert {run.invocation_id for run in runs.values()} == {"last"}
 
 
 def test_a_run_results_file_it_cannot_read_gives_no_start(tmp_path):

@@ -215,12 +215,16 @@ def test_anything_but_that_commit_at_the_head_is_not_settled(change):
         settled = {}
     elif change == "unreadable plan":
         server.plan = None
-    node: dict = {}
-    if change == "failing":  # after the catalog was asked: the plan fails
-        SqlLog(server, node).latest_version(TABLE)
-        server.statements.clear()
-        server.fails = "[INTERNAL_ERROR] the server is gone"
-    assert SqlLog(server, node, hints=hints, settled=settled).settled(TABLE) is None
+    if change == "failing":  # the catalog answers, the plan fails
+        fetch = server.fetch
+
+        def failing(sql: str) -> list:
+            if sql.startswith("EXPLAIN"):
+                raise RuntimeError("[INTERNAL_ERROR] the server is gone")
+            return fetch(sql)
+
+        server.fetch = failing  # type: ignore[method-assign]
+    assert SqlLog(server, {}, hints=hints, settled=settled).settled(TABLE) is None
     assert server.reads() == 0 and server.history_reads == 0
 
 

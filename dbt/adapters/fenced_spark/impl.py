@@ -513,17 +513,21 @@ class FencedSparkAdapter(SparkAdapter):
         runner = FenceSql(self.connections, txn.described if txn is not None else None)
         if txn is None:
             return Fence(runner, self.connections.single_attempt, log=runner.log())
-        last = self._last_runs().get(txn.node) if runner.over_sql() else None
-        if last is None:
-            return Fence(runner, self.connections.single_attempt, log=runner.log(txn.logs))
-        # A batch already applied is found in the commits: its capture reads them.
-        settled = last.settled_at if last.settled_at and txn.batch is None else None
-        log = runner.log(
-            txn.logs,
-            {txn.table: last.version},
-            {txn.table: settled} if settled else None,
+        last = self._last_runs().get(txn.node)
+        verified = (
+            (last.version, last.invocation_id)
+            if last and last.verified and last.invocation_id
+            else None
         )
-        return Fence(runner, self.connections.single_attempt, log=log)
+        if last is None or not runner.over_sql():
+            log = runner.log(txn.logs)
+        else:
+            # A batch already applied is found in the commits: its capture reads them.
+            settled = last.settled_at if txn.batch is None else None
+            log = runner.log(
+                txn.logs, {txn.table: last.version}, {txn.table: settled} if settled else None
+            )
+        return Fence(runner, self.connections.single_attempt, log=log, verified=verified)
 
     def _last_runs(self) -> dict[str, LastRun]:
         """Where the last run left each fenced table (run_results.json), read once per run."""
@@ -641,6 +645,8 @@ class FencedSparkAdapter(SparkAdapter):
             txn.unfenced = True
             return False
         txn.settled = settled is not None
+        if settled is not None:
+            fence.log_settled(txn.table, settled)
         logger.debug(
             f"fenced_spark: {txn.display} read at {txn.phase.value} time: vB is v{version}"
         )

@@ -76,9 +76,16 @@ class LastRun(NamedTuple):
     """Where a fenced node's last run left its table."""
 
     version: int  # its commit, else the version it read
-    # Where the table was, when `version` is that run's commit and the fence verified it:
-    # an earlier-runs check starting there stops there. None otherwise, or when it did not say.
-    settled_at: str | None = None
+    # `version` is that run's commit and the fence verified it (each batch's, for batches).
+    verified: bool = False
+    location: str | None = None  # where the catalog placed the table (over SQL)
+    invocation_id: str | None = None
+
+    @property
+    def settled_at(self) -> str | None:
+        """Where the table was, when an earlier-runs search starting at `version` would stop
+        there (SqlLog.settled)."""
+        return self.location if self.verified else None
 
 
 def last_runs(target_path: str, invocation_id: str) -> dict[str, LastRun]:
@@ -90,26 +97,31 @@ def last_runs(target_path: str, invocation_id: str) -> dict[str, LastRun]:
     try:
         with open(os.path.join(target_path, FILE_NAME), encoding="utf-8") as f:
             results = json.load(f)
-        if results["metadata"]["invocation_id"] == invocation_id:
+        last_invocation = results["metadata"]["invocation_id"]
+        if last_invocation == invocation_id:
             return {}  # this run's own
         runs: dict[str, LastRun] = {}
         for result in results["results"]:
             response = result.get("adapter_response") or {}
             batches = response.get("batches")
-            last = batches[-1] if isinstance(batches, list) and batches else response
+            each = batches if isinstance(batches, list) and batches else [response]
+            last = each[-1]
             version = last.get("commit_version", last.get("read_version"))
             # A version Delta could write: anything else is no start at all.
             if type(version) is not int or not 0 <= version < 2**63:
                 continue
             where = last.get("table_location")
             # Not no_change: after a retry its read_version is above what its capture checked.
-            settled = (
-                last.get("fence_outcome") == "committed"
-                and last.get("commit_version") == version
-                and isinstance(where, str)
-                and bool(where)
+            # A batch's verification takes the batches before it as its own run's commits.
+            verified = last.get("commit_version") == version and all(
+                isinstance(r, dict) and r.get("fence_outcome") == "committed" for r in each
             )
-            runs[str(result["unique_id"])] = LastRun(version, where if settled else None)
+            runs[str(result["unique_id"])] = LastRun(
+                version,
+                verified,
+                where if isinstance(where, str) and where else None,
+                str(last_invocation),
+            )
         return runs
     except Exception:
         return {}

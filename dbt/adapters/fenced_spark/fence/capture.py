@@ -89,6 +89,10 @@ def check_earlier_runs(
             continue
         if tag.step not in OWN_STEPS or tag.expected_version is None:
             return  # that run reached its verdict (revert, post-hook), or an old tag
+        if fence.verified == (commit.version, tag.invocation_id):
+            # That run verified this very commit: judged again here with less than it had (a
+            # commit that landed during its write is not in its tag), it could be refused.
+            return
         if tag.scope is not None and not tag.strict:
             conflict = _scoped_conflict(fence, state, tag, commit)
             if conflict is None:

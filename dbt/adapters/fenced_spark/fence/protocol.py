@@ -81,6 +81,7 @@ class Fence:
         log: HistoryReader | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
+        verified: tuple[int, str] | None = None,
     ) -> None:
         self.runner = runner
         self.single_attempt = single_attempt
@@ -88,6 +89,9 @@ class Fence:
         self.log = log or SqlHistory(runner)
         self.clock = clock
         self.rng = rng
+        # The node's last run's commit that the fence verified, by version and invocation id
+        # (run_results.json): the earlier-runs search takes that verdict (capture.py).
+        self.verified = verified
         self._checks: dict[tuple[str, int, str], ConflictCheck] = {}
         # Tagged statements sent (RESTOREs among them): a verdict that sent one is not redone.
         self._sent = 0
@@ -321,7 +325,19 @@ class Fence:
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
     def capture(self, table: str) -> tuple[int, Iterator[Commit] | None]:
-        return capture.capture(self, table)
+        version, recent = capture.capture(self, table)
+        if recent is None:
+            self.log_settled(table, version)
+        return version, recent
+
+    def log_settled(self, table: str, version: int) -> None:
+        # What replaced the earlier-runs search, for whoever audits a run.
+        invocation = self.verified[1] if self.verified else "?"
+        logger.debug(
+            f"fenced_spark: {table}: vB v{version} is run {invocation}'s verified commit "
+            "(run_results.json), still the newest version where that run found the table: "
+            "no earlier run to search for"
+        )
 
     def check_earlier_runs(
         self, state: FenceState, accepted: frozenset[int], recent: Iterator[Commit] | None = None

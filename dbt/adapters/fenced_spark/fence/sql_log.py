@@ -11,8 +11,9 @@ named versions: from a known one (vB) a window of 16; with none known, powers of
 narrowing between the last that exists and the next (Spark's file sources skip names starting
 with `_`, so `_last_checkpoint` cannot serve as the start). Whether files exist is asked of
 Spark's plan for reading them (EXPLAIN: its file index counts the paths that exist), which runs
-no Spark job: a pre-check on a table nothing has touched since vB is one such statement, and
-narrowing needs no file read. The catalog says where the table lives (SHOW TABLE EXTENDED reads
+no Spark job: a pre-check on a table nothing has touched since vB is one such statement, so is
+a capture over Thrift where the node's last run left its verified commit newest, and narrowing
+needs no file read. The catalog says where the table lives (SHOW TABLE EXTENDED reads
 the metastore, not the log), once per node for those existence checks and once per step for
 reads of commits. Anything else (a table outside the session catalog, a log whose versions the
 probes miss, an unreadable commit) goes to DESCRIBE HISTORY, which says what is wrong in Spark's
