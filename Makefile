@@ -73,7 +73,7 @@ CONNECT_TESTS := tests/functional/test_connect.py tests/functional/test_server_r
 	tests/functional/test_merge_races.py tests/functional/test_strict_races.py \
 	tests/functional/test_bad_input.py tests/functional/test_cluster.py \
 	tests/functional/test_conflicts.py tests/functional/test_python_models.py \
-	tests/functional/test_run_settings.py
+	tests/functional/test_run_settings.py tests/functional/test_statements.py
 
 # dbt 1.12's leg of `make test`: the unit tests, dbt's conformance classes, the strict
 # strategies' races (microbatch's batches changed in 1.12) and `dbt retry` after a refusal, on

@@ -174,7 +174,8 @@ class TestTheLastRunsVerifiedCommitSparesTheCapturesRead:
     """Over SQL the capture reads the newest commits (a Spark job) to find an earlier run of
     the node that died before its verdict. When the node's last run committed vN, the fence
     verified it, and vN is still the newest version, that run checked them already: over
-    Thrift one EXPLAIN of the commit files says so and no file is read (SqlLog.settled). Any
+    Thrift and Connect one EXPLAIN of the commit files says so and no file is read
+    (SqlLog.settled). Any
     commit after vN is read, and a dead run's is found as before: at the capture, or at a
     compile-time read, before a compile-time DELETE."""
 
@@ -219,19 +220,14 @@ class TestTheLastRunsVerifiedCommitSparesTheCapturesRead:
             assert response["commit_version"] == newest.version and newest.tag["step"] == "write"
             vn = first[name]["commit_version"]
             assert response["read_version"] == vn
-            # Until the node's first commit: the capture, and the pre-check's EXPLAIN that finds
-            # vN still newest (the capture's too over Thrift).
+            # Until the node's first commit: the capture's EXPLAIN that finds vN still newest,
+            # and the pre-check's (over SQL; the session reads the log's files itself).
             before = self.before_first_commit(logs, name)
             probe = f"/{vn:020d}.json,/{vn + 1:020d}.json,/{vn + 1:020d}.json,"
-            probes = {"session": 0, "thrift": 2, "connect": 1}[dbt_profile_name]
+            probes = 0 if dbt_profile_name == "session" else 2
             assert before.count(probe) == probes, (name, before.count(probe))
             commit_reads = before.count("regexp_extract(decode(content")
-            if dbt_profile_name == "thrift":
-                assert commit_reads == 0, f"{name}'s capture read commit files"
-            elif dbt_profile_name == "connect":
-                # An EXPLAIN costs what the read does there: the capture reads, and so does the
-                # earlier-runs search before a compile-time DELETE.
-                assert commit_reads == (2 if name == "settled_at_compile" else 1)
+            assert commit_reads == 0, f"{name}'s capture read commit files"
         assert rows(spark, f"select distinct round from {project.test_schema}.settled") == [(2,)]
 
     def test_a_dead_runs_commit_after_it_is_found(self, project, spark):

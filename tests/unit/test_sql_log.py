@@ -7,9 +7,10 @@ import re
 
 import pytest
 
+from dbt.adapters.fenced_spark.connect import FrameReads
 from dbt.adapters.fenced_spark.fence.history import Commit, commit_file
 from dbt.adapters.fenced_spark.fence.rewriter import name_parts
-from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlLog
+from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlFileReads, SqlLog
 
 LOG = "file:/w/orders/_delta_log"
 
@@ -353,3 +354,59 @@ def test_a_catalog_managed_log_goes_to_describe_history():
     server.history_reads = 0
     SqlLog(server).commits_since(TABLE, 4)  # a pre-check or verification checks it too
     assert server.history_reads == 1
+
+
+class FakeFrames:
+    """Spark Connect's DataFrame API as FrameReads uses it, over FakeServer's files: each call
+    answered as the SQL it stands for would be."""
+
+    def __init__(self, server: FakeServer) -> None:
+        self.server, self.logged, self.calls = server, [], []
+
+    def on_frames(self, sql, read):
+        self.logged.append(sql)
+        return read(self)
+
+    @property
+    def read(self):
+        return self
+
+    def format(self, source):
+        self.calls.append(("format", source))
+        return self
+
+    def load(self, path):
+        self.calls.append(("load", path))
+        self.path = path
+        return self
+
+    def selectExpr(self, *columns):
+        self.columns = columns
+        return self
+
+    def select(self, *columns):
+        return self
+
+    def collect(self):
+        source = dict(self.calls)["format"]
+        return self.server.fetch(SqlFileReads.select(source, self.path, self.columns))
+
+    def _explain_string(self):
+        return SqlFileReads(self.server).plan(self.path)
+
+
+def test_over_connect_files_are_read_through_the_dataframe_api_and_logged_as_sql():
+    server = FakeServer(40)
+    frames = FakeFrames(server)
+    log = SqlLog(server, {}, files=FrameReads(frames))
+    assert log.latest_version(TABLE) == 39
+    assert log.latest_version(TABLE, known=39) == 39
+    assert [c.version for c in log.commits_since(TABLE, 37)] == [38, 39]
+    # What dbt.log shows is the statement the SQL path sends for the same read.
+    assert frames.logged == [s for s in server.statements if not s.startswith("describe")]
+    assert any(s.startswith("EXPLAIN SELECT path FROM binaryFile") for s in frames.logged)
+    assert (
+        "load",
+        f"{LOG}{{/{commit_file(39)},/{commit_file(40)},/{commit_file(40)},"
+        "/_staged_commits/*,/_staged_commits/*}",
+    ) in frames.calls

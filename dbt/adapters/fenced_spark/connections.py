@@ -1,11 +1,13 @@
 import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from dbt.adapters.contracts.connection import Connection, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
+from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt.adapters.spark import connections as spark_connections
 from dbt.adapters.spark.connections import (
     PyhiveConnectionWrapper,
@@ -13,7 +15,10 @@ from dbt.adapters.spark.connections import (
     SparkConnectionMethod,
 )
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
+from dbt_common.events.contextvars import get_node_info
+from dbt_common.events.functions import fire_event
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
+from dbt_common.utils import cast_to_str
 
 from dbt.adapters.fenced_spark import connect, session, thrift
 from dbt.adapters.fenced_spark.credentials import FencedConnectionMethod
@@ -26,6 +31,8 @@ from dbt.adapters.fenced_spark.run_state import (
 )
 
 logger = AdapterLogger("FencedSpark")
+
+T = TypeVar("T")
 
 # Statements that change no table (nor do the session's, run_state.py, but USE and SET
 # CATALOG, after which a name may mean another table): what a DESCRIBE of a table said before
@@ -501,6 +508,25 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             yield
         finally:
             handle.read_at_once = before
+
+    def on_frames(self, sql: str, read: Callable[[Any], T]) -> T:
+        """`read` on the connection's Connect session, with dbt's query log, the run's replayed
+        statements and errors as for `sql`, the statement it stands for."""
+        connection = self.get_thread_connection()
+        self.run_state.prime(connection, self._replay)
+        node = get_node_info()
+        fire_event(SQLQuery(conn_name=cast_to_str(connection.name), sql=sql, node_info=node))
+        started = time.perf_counter()
+        handle = connection.handle.handle
+        with self.exception_handler(sql), spark_errors():
+            try:
+                result = read(handle.spark)
+            except BaseException as exc:
+                handle.leftovers.failed(exc)  # as ConnectCursor's statements do
+                raise
+        elapsed = time.perf_counter() - started
+        fire_event(SQLQueryStatus(status="OK", elapsed=elapsed, node_info=node))
+        return result
 
     def fetch_rows(self, sql: str, at_once: bool = False) -> tuple[list[str], list[Any]]:
         """Raw rows with their column names; Delta's history has maps that agate would mangle."""

@@ -17,7 +17,7 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import python_model, session, sql_header, thrift
+from dbt.adapters.fenced_spark import connect, python_model, session, sql_header, thrift
 from dbt.adapters.fenced_spark.connections import (
     BackoffPyhiveConnectionWrapper,
     ConnectHandle,
@@ -260,9 +260,8 @@ class FenceSql:
         # where the node's earlier steps found them (`locations`), from where the node's last
         # run left the table (`hints`).
         if self.over_sql():
-            # Over Connect an EXPLAIN costs what reading the files does (bench, part 1 by
-            # kind): the capture reads commits even where the last run's verdict would do.
-            return SqlLog(self, locations, hints, None if self.over_connect() else settled)
+            files = connect.FrameReads(self.connections) if self.over_connect() else None
+            return SqlLog(self, locations, hints, settled, files)
         handle = self.connections.get_thread_connection().handle.handle
         return LogTail(handle.spark, fallback=SqlHistory(self))
 

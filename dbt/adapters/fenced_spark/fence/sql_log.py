@@ -23,7 +23,7 @@ own words.
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from dbt.adapters.fenced_spark.fence.delta_log import commit_from_info
 from dbt.adapters.fenced_spark.fence.history import Commit, HistorySource, SqlHistory, commit_file
@@ -66,6 +66,35 @@ def location_of(log: str) -> str:
     return re.sub(r"\\(.)", r"\1", log.removesuffix("/_delta_log"))
 
 
+class FileReads(Protocol):
+    """Reads of files by path: their rows, and the plan Spark makes to read them."""
+
+    def rows(self, source: str, path: str, columns: Sequence[str]) -> list: ...
+
+    def plan(self, path: str) -> str: ...
+
+
+class SqlFileReads:
+    """FileReads as SQL statements, through any HistorySource."""
+
+    def __init__(self, source: HistorySource) -> None:
+        self.source = source
+
+    @staticmethod
+    def select(source: str, path: str, columns: Sequence[str]) -> str:
+        return f"SELECT {', '.join(columns)} FROM {source}.`{path.replace('`', '``')}`"
+
+    @staticmethod
+    def explain(path: str) -> str:
+        return f"EXPLAIN SELECT path FROM binaryFile.`{path.replace('`', '``')}`"
+
+    def rows(self, source: str, path: str, columns: Sequence[str]) -> list:
+        return list(self.source.fetch(self.select(source, path, columns)))
+
+    def plan(self, path: str) -> str:
+        return "\n".join(str(row[0]) for row in self.source.fetch(self.explain(path)))
+
+
 class SqlLog:
     """The fence's HistoryReader over SQL. One per fence step, like the session's LogTail:
     where the table lives is looked up once per step for reads of its commits. `node` carries
@@ -79,8 +108,10 @@ class SqlLog:
         node: dict[str, str | None] | None = None,
         hints: dict[str, int] | None = None,
         settled: dict[str, str] | None = None,
+        files: FileReads | None = None,
     ) -> None:
         self.source = source
+        self.files = files or SqlFileReads(source)
         self.fallback = SqlHistory(source)
         self._node = {} if node is None else node
         # Where to start looking for the newest version when none is known (the version the
@@ -129,17 +160,22 @@ class SqlLog:
         """One path Hadoop expands into the commit files of `versions` (and `extra`)."""
         names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
         alternatives = ",".join(names)
-        return f"{log}{{{alternatives}}}".replace("`", "``")
+        return f"{log}{{{alternatives}}}"
 
     def _select(
-        self, columns: str, source: str, log: str, versions: Sequence[int], extra: str = ""
+        self,
+        columns: Sequence[str],
+        source: str,
+        log: str,
+        versions: Sequence[int],
+        extra: str = "",
     ) -> list:
         """`columns` of the commit files of `versions` that exist, by exact path (and of the
         files `extra` matches); no rows when none exists (Spark fails the statement then); any
         other failure raises."""
         path = self._paths(log, versions, extra)
         try:
-            return list(self.source.fetch(f"SELECT {columns} FROM {source}.`{path}`"))
+            return self.files.rows(source, path, columns)
         except Exception as exc:
             if _NONE_EXIST.search(str(exc)):
                 return []
@@ -151,12 +187,12 @@ class SqlLog:
         named twice is counted twice. None when the plan does not say."""
         path = self._paths(log, versions, ",".join([f"/{_STAGED}/*"] * staged))
         try:
-            rows = self.source.fetch(f"EXPLAIN SELECT path FROM binaryFile.`{path}`")
+            plan = self.files.plan(path)
         except Exception as exc:
             if _NONE_EXIST.search(str(exc)):
                 return 0
             raise
-        counts = _PATHS.findall("\n".join(str(row[0]) for row in rows))
+        counts = _PATHS.findall(plan)
         return int(counts[0]) if len(counts) == 1 else None
 
     def _read(self, log: str, versions: Sequence[int], content: str = "info") -> dict[int, str]:
@@ -170,7 +206,7 @@ class SqlLog:
         }[content]
         # Catalog-managed commits wait in _staged_commits before they become N.json: a log
         # with any there is not one these reads can follow (one small folder listed).
-        rows = self._select(f"path, {text}", "binaryFile", log, versions, f"/{_STAGED}/*")
+        rows = self._select(["path", text], "binaryFile", log, versions, f"/{_STAGED}/*")
         found = {}
         for p, value in rows:
             if f"/{_STAGED}/" in str(p):
@@ -336,7 +372,7 @@ class SqlLog:
         log = self._log(table)
         if log is None:
             return self.fallback.actions(table, versions)
-        rows = self._select("_metadata.file_name, value", "text", log, versions)
+        rows = self._select(["_metadata.file_name", "value"], "text", log, versions)
         lines: dict[int, list[str]] = {}
         for name, value in rows:
             lines.setdefault(int(str(name).split(".")[0]), []).append(str(value))
