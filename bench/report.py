@@ -408,7 +408,10 @@ def _servers_prose(r: Results) -> list[str]:
         " Over the servers the fence's history reads are SQL statements (`SHOW TABLE"
         " EXTENDED`, reads of commit files, and `EXPLAIN`s of such reads, whose plan counts the"
         " files that exist without reading them, `fence/sql_log.py`): they are in dbt's query log"
-        " with its other statements.",
+        " with its other statements. Over Connect the reads of files go through the DataFrame"
+        " API since 2026-11-28 (`connect.FrameReads`), logged as the SQL each stands for and"
+        " timed whole; before, `spark.sql` was timed and the rows' collect was not, so Connect's"
+        " commit files and probes in earlier runs left out part of their time.",
         "",
         *_long_write_prose(r),
     ]

@@ -382,6 +382,7 @@ class FakeFrames:
 
     def selectExpr(self, *columns):
         self.columns = columns
+        self.calls.append(("selectExpr", columns))
         return self
 
     def select(self, *columns):
@@ -410,3 +411,9 @@ def test_over_connect_files_are_read_through_the_dataframe_api_and_logged_as_sql
         f"{LOG}{{/{commit_file(39)},/{commit_file(40)},/{commit_file(40)},"
         "/_staged_commits/*,/_staged_commits/*}",
     ) in frames.calls
+    assert list(log.actions(TABLE, [39])) == [39]
+    # One expression per column, as a SELECT list has them; the path as Hadoop takes it.
+    selected = {c[1] for c in frames.calls if c[0] == "selectExpr"}
+    assert ("_metadata.file_name", "value") in selected
+    assert {columns[0] for columns in selected} == {"path", "_metadata.file_name"}
+    assert all(len(columns) == 2 for columns in selected)

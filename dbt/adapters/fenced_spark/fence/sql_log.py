@@ -12,7 +12,7 @@ narrowing between the last that exists and the next (Spark's file sources skip n
 with `_`, so `_last_checkpoint` cannot serve as the start). Whether files exist is asked of
 Spark's plan for reading them (EXPLAIN: its file index counts the paths that exist), which runs
 no Spark job: a pre-check on a table nothing has touched since vB is one such statement, so is
-a capture over Thrift where the node's last run left its verified commit newest, and narrowing
+a capture where the node's last run left its verified commit newest, and narrowing
 needs no file read. The catalog says where the table lives (SHOW TABLE EXTENDED reads
 the metastore, not the log), once per node for those existence checks and once per step for
 reads of commits. Anything else (a table outside the session catalog, a log whose versions the
@@ -311,7 +311,7 @@ class SqlLog:
 
     def settled(self, table: str) -> int | None:
         """The newest version, when it is where the node's last run left the table with its
-        verdict (`settled`: its commit verified, or nothing to write over that version) and
+        verdict (`settled`: its commit, verified) and
         nothing landed since: that run checked every commit up to it, so one EXPLAIN
         replaces the capture's read of commits. None otherwise, and for a table the catalog
         now places elsewhere than that run found it."""

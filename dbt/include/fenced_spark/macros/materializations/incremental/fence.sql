@@ -96,8 +96,8 @@
 {% macro fence_run_file(staged_sql, write_sql, settings) %}
   {%- set header -%}
 -- dbt-fenced-spark: fenced {{ settings.strategy }} into {{ this }} ({{ model.unique_id }}).
--- The fence read the table's Delta log before this (vB, earlier runs unless the last run's
--- verified commit is still the newest version, the pre-check) and reads
+-- The fence read the table's Delta log before this (vB, the pre-check), looked for an earlier
+-- run's unverified commit, and reads
 -- it again after the write (verification); its statements are in logs/dbt.log. The model SQL
 -- below reads {{ this }} pinned to the version it captured. See docs/fence.md.
   {%- endset -%}
