@@ -223,6 +223,9 @@ def test_an_unreusable_session_is_closed_and_kept_ones_end_with_the_invocation(m
     assert connect.open_session(creds("sc://other:15002")) is other_url
     connect.release_kept()
     assert kept.stopped
+    # Never collected in this process: its __del__ would shut down the release thread pool
+    # that every session's reattachable execution shares.
+    assert any(s is spoilt for s in connect._closed) and any(s is kept for s in connect._closed)
 
 
 @pytest.mark.parametrize(

@@ -298,6 +298,7 @@ def _reach(url: str) -> Any:
             session.version  # noqa: B018 - an RPC that reaches the server without a Spark job
     except Exception:
         session.client.close()
+        _closed.append(session)
         raise
     return session
 
@@ -332,9 +333,18 @@ def release_kept() -> None:
 atexit.register(release_kept)
 
 
+# Sessions closed in this process. pyspark's SparkSession.__del__ closes its client again,
+# and closing any client shuts down the release thread pool that every session's reattachable
+# execution shares: collected inside another session's submit to that pool, it waits on the
+# pool's own lock forever (a bench run hung so, in part 8's new session per node). Kept
+# referenced, a closed session is never collected before the process exits.
+_closed: list[Any] = []
+
+
 def close_session(session: Any) -> None:
     # Releases the session on the server; best effort, as pyspark's own stop(), and at once:
     # a server that does not answer has let it go anyway.
+    _closed.append(session)
     try:
         with no_retries(session):
             session.stop()
