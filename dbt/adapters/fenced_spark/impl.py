@@ -638,14 +638,12 @@ class FencedSparkAdapter(SparkAdapter):
             return True
         fence = self._fence()
         try:
-            settled = fence.log.settled(txn.table)
+            settled = fence.settled(txn.table)
             version = fence.latest_version(txn.table) if settled is None else settled
         except DbtRuntimeError:
             txn.unfenced = True
             return False
         txn.settled = settled is not None
-        if settled is not None:
-            fence.log_settled(txn.table, settled)
         logger.debug(
             f"fenced_spark: {txn.display} read at {txn.phase.value} time: vB is v{version}"
         )

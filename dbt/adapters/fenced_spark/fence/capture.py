@@ -41,7 +41,7 @@ def capture(fence: "Fence", table: str) -> tuple[int, Iterator[Commit] | None]:
     """vB, and the newest commits newest first for `check_earlier_runs`: over SQL one read
     serves both. None for the commits when the node's last run left the table at vB with its
     verdict (`settled`): that run checked them, and nothing landed since."""
-    settled = fence.log.settled(table)
+    settled = fence.settled(table)
     if settled is not None:
         return settled, None
     recent = iter(fence.log.recent(table, LOOKBACK))

@@ -325,19 +325,20 @@ class Fence:
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
     def capture(self, table: str) -> tuple[int, Iterator[Commit] | None]:
-        version, recent = capture.capture(self, table)
-        if recent is None:
-            self.log_settled(table, version)
-        return version, recent
+        return capture.capture(self, table)
 
-    def log_settled(self, table: str, version: int) -> None:
-        # What replaced the earlier-runs search, for whoever audits a run.
-        invocation = self.verified[1] if self.verified else "?"
-        logger.debug(
-            f"fenced_spark: {table}: vB v{version} is run {invocation}'s verified commit "
-            "(run_results.json), still the newest version where that run found the table: "
-            "no earlier run to search for"
-        )
+    def settled(self, table: str) -> int | None:
+        """vB without reading commits, when the node's last run left it (SqlLog.settled)."""
+        version = self.log.settled(table)
+        if version is not None:
+            # What replaced the earlier-runs search, for whoever audits a run.
+            invocation = self.verified[1] if self.verified else "?"
+            logger.debug(
+                f"fenced_spark: {table}: vB v{version} is run {invocation}'s verified commit "
+                "(run_results.json), still the newest version where that run found the table: "
+                "no earlier run to search for"
+            )
+        return version
 
     def check_earlier_runs(
         self, state: FenceState, accepted: frozenset[int], recent: Iterator[Commit] | None = None

@@ -311,10 +311,9 @@ class SqlLog:
 
     def settled(self, table: str) -> int | None:
         """The newest version, when it is where the node's last run left the table with its
-        verdict (`settled`: its commit, verified) and
-        nothing landed since: that run checked every commit up to it, so one EXPLAIN
-        replaces the capture's read of commits. None otherwise, and for a table the catalog
-        now places elsewhere than that run found it."""
+        verdict (`settled`: its commit, verified) and nothing landed since: that run checked
+        every commit up to it, so one EXPLAIN replaces the capture's read of commits. None
+        otherwise, and for a table the catalog now places elsewhere than that run found it."""
         version, where = self._hints.get(table), self._settled.get(table)
         if version is None or where is None:
             return None
