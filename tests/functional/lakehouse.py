@@ -98,8 +98,9 @@ def without_leading_comments(sql: str) -> str:
 class ForeignAroundWrite(FenceSql):
     """The fence's runner with another writer committing right before our write statement
     starts (after the pre-check), and optionally right after it lands; `times` caps it.
-    `before_restore` lands right before our revert's RESTORE takes its snapshot. `writes`: the
-    statements (their first words) that count as our write; a step's DELETE, say."""
+    `before_restore` lands right before our revert's RESTORE takes its snapshot (a list: one
+    before each RESTORE, in turn). `writes`: the statements (their first words) that count as
+    our write; a step's DELETE, say."""
 
     def __init__(
         self,
@@ -114,15 +115,16 @@ class ForeignAroundWrite(FenceSql):
     ):
         super().__init__(connections, described)
         self.writer, self.before, self.after, self.times = writer, before, after, times
-        self.before_restore = before_restore
+        if isinstance(before_restore, str):
+            before_restore = [before_restore]
+        self.before_restore = list(before_restore or [])
         self.writes = tuple(writes)
         self.fired = 0
 
     def execute(self, sql):
         statement = without_leading_comments(sql).lower()
         if statement.startswith("restore") and self.before_restore:
-            self.writer.sql(self.before_restore)
-            self.before_restore = None
+            self.writer.sql(self.before_restore.pop(0))
         is_write = statement.startswith(self.writes)
         if not is_write or (self.times is not None and self.fired >= self.times):
             super().execute(sql)

@@ -200,6 +200,7 @@ RACED_MODELS = [
     "widened",
     "unverified",
     "restore_window",
+    "undo_window",
     "crashed",
 ]
 # An idempotent reload: the pre-hook deletes what the model then writes again.
@@ -519,25 +520,25 @@ class TestErrorsCatalogue:
             (3, "late"),
         ]
 
-    @produces("E214")
-    def test_a_commit_just_before_the_revert(self, project, spark, monkeypatch, catalogue):
-        table, vb = self.fresh(project, spark, "restore_window")
+    def race_the_revert(self, project, spark, monkeypatch, name, late_rows):
+        """A MERGE refused by an UPDATE that landed before it, with one of `late_rows`
+        inserted right before each of the revert's RESTOREs: the run's results, the commits
+        after vB, and the rows the message says stand."""
+        table, vb = self.fresh(project, spark, name)
         runners = self.around_the_write(
             monkeypatch,
             spark,
             lambda _: f"update {table} set status = 'cancelled' where id = 1",
-            before_restore=f"insert into {table} values (9, 'late', 90)",
+            before_restore=[f"insert into {table} values {row}" for row in late_rows],
         )
         race = run_vars(batch=SHIP_1_AND_ADD_4)
-        results = run_dbt(["run", "--select", "restore_window", *race], expect_pass=False)
+        results = run_dbt(["run", "--select", name, *race], expect_pass=False)
         assert sum(r.fired for r in runners) == 1
         after = self.landed_after(spark, table, vb)
-        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
-        assert after[2].tag is None and after[3].read_version == after[2].version
         assert our_write(message_of(results)).startswith(
             f"written as v{after[1].version} and NOT reverted"
         )
-        catalogue("E214", message_of(results))
+        # Ours and the first late row stand, whatever the undo took.
         assert rows(spark, f"select id, status from {table} order by id") == [
             (1, "shipped"),
             (2, "open"),
@@ -545,6 +546,33 @@ class TestErrorsCatalogue:
             (4, "open"),
             (9, "late"),
         ]
+        return results, after
+
+    @produces("E214")
+    def test_a_commit_just_before_the_revert(self, project, spark, monkeypatch, catalogue):
+        results, after = self.race_the_revert(
+            project, spark, monkeypatch, "restore_window", ["(9, 'late', 90)"]
+        )
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
+        assert after[2].tag is None and after[3].read_version == after[2].version
+        catalogue("E214", message_of(results))
+
+    @produces("E217")
+    def test_a_commit_just_before_the_undo(self, project, spark, monkeypatch, catalogue):
+        results, after = self.race_the_revert(
+            project, spark, monkeypatch, "undo_window", ["(9, 'late', 90)", "(10, 'later', 100)"]
+        )
+        operations = ["UPDATE", "MERGE", "WRITE", "RESTORE", "WRITE", "RESTORE"]
+        assert [e.operation for e in after] == operations
+        _, _, late, restore, later, undo = after
+        assert restore.read_version == late.version and later.read_version == restore.version
+        assert undo.read_version == later.version
+        catalogue("E217", message_of(results))
+        # The commit the message names as missing holds the later row.
+        table = f"{project.test_schema}.undo_window"
+        assert (10, "later") in rows(
+            spark, f"select id, status from {table} version as of {later.version}"
+        )
 
     @produces("E215")
     def test_a_snapshot_refused(self, project, spark, monkeypatch, catalogue):

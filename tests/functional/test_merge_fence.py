@@ -241,7 +241,7 @@ class TestRevertAfterCommit(OneRowTarget):
             before=lambda _: foreign_sql.format(t=table),
             after=also_after and also_after.format(t=table),
             times=1,
-            before_restore=before_restore and before_restore.format(t=table),
+            before_restore=[sql.format(t=table) for sql in before_restore or []],
         )
         fence = Fence(runner, project.adapter.connections.single_attempt)
         state = self.state(project, vb)
@@ -330,7 +330,7 @@ class TestRevertAfterCommit(OneRowTarget):
             project,
             spark,
             "update {t} set v = 'foreign'",
-            before_restore="insert into {t} values (3, 'late')",
+            before_restore=["insert into {t} values (3, 'late')"],
         )
         after = [e for e in history(spark, table) if e.version > vb]
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
@@ -351,6 +351,45 @@ class TestRevertAfterCommit(OneRowTarget):
             f"v{undo.version} restored v{late.version}: the table is as it was before the RESTORE)"
         ) in message
         assert f"RESTORE TABLE {table} TO VERSION AS OF {foreign.version}`" in message
+
+    def test_a_commit_landing_before_the_undo_is_named_missing(self, project, spark):
+        table, vb, violation = self.refused_write(
+            project,
+            spark,
+            "update {t} set v = 'foreign'",
+            before_restore=[
+                "insert into {t} values (3, 'late')",
+                "insert into {t} values (4, 'later')",
+            ],
+        )
+        after = [e for e in history(spark, table) if e.version > vb]
+        operations = ["UPDATE", "MERGE", "WRITE", "RESTORE", "WRITE", "RESTORE"]
+        assert [e.operation for e in after] == operations
+        foreign, merge, late, restore, later, undo = after
+        # Both races fired: each landed right before a RESTORE took its snapshot.
+        assert late.tag is None and restore.read_version == late.version
+        assert later.tag is None and later.read_version == restore.version
+        assert undo.tag["step"] == "revert_undo" and undo.read_version == later.version
+        # The undo gave back our MERGE and the late row, and took the later one.
+        assert rows(spark, f"select id, v from {table} order by id") == [(1, "ours"), (3, "late")]
+        report = violation.report
+        assert report.outcome == Outcome.NOT_REVERTED and report.reverted == []
+        assert [c.version for c in report.rolled_back] == [later.version]
+        message = str(violation)
+        assert (
+            f"written as v{merge.version} and NOT reverted (v{late.version} WRITE landed just "
+            f"before the RESTORE (v{restore.version}), which rolled it back too, so "
+            f"v{undo.version} restored v{late.version}; but v{later.version} WRITE landed just "
+            f"before that RESTORE (v{undo.version}), which rolled it back)"
+        ) in message
+        assert f"now missing from the table: v{later.version} WRITE." in message
+        # The RESTORE it names gives the later row back without ours and without the late one.
+        back = f"RESTORE TABLE {table} TO VERSION AS OF {later.version}"
+        assert f"To bring them back (but not this run's commits), run `{back}`" in message
+        assert f"it also undoes v{late.version} WRITE by other writers" in message
+        assert rows(
+            spark, f"select id, v from {table} version as of {later.version} order by id"
+        ) == [(1, "foreign"), (4, "later")]
 
 
 class TestStepThatCommittedNothing(OneRowTarget):

@@ -169,6 +169,70 @@ def test_a_restore_that_cannot_be_undone_says_what_it_took():
     assert "fix the table by hand" in text
 
 
+def test_a_commit_that_slips_in_before_the_undo_is_named_missing():
+    table = FakeTable()
+    table.before = lambda sql: table.foreign("theirs")
+    s = state()
+
+    def merge_then_two_late_commits():
+        with fence(table).tagged(s, "write"):
+            table.execute("merge into t")
+
+        def late(sql: str) -> None:
+            table.foreign("late")  # before the RESTORE's snapshot
+            table.before = lambda sql: table.foreign("later")  # before the undo's
+
+        table.before = late
+        fence(table).verify(s, None)
+
+    error = refused(merge_then_two_late_commits)
+    operations = [c.operation for c in table.commits[1:]]
+    assert operations == ["WRITE", "MERGE", "WRITE", "RESTORE", "WRITE", "RESTORE"]
+    # The undo gave back ours and "late", and took "later": no RESTORE gives back all three.
+    assert table.rows[-1] == table.rows[3] and "later" not in table.rows[-1]
+    report = error.report
+    assert report.outcome == Outcome.NOT_REVERTED and report.reverted == []
+    assert [c.version for c in report.rolled_back] == [5] and not report.nothing_of_ours_remains
+    text = report.message()
+    assert (
+        "written as v2 and NOT reverted (v3 WRITE landed just before the RESTORE (v4), which "
+        "rolled it back too, so v6 restored v3; but v5 WRITE landed just before that RESTORE "
+        "(v6), which rolled it back)"
+    ) in text
+    assert "Other writers' commits now missing from the table: v5 WRITE" in text
+    # RESTORE TO 5 is the RESTORE's state plus "later": without ours and without "late".
+    assert table.rows[5] == (table.rows[1] | {"later"})
+    assert (
+        "To bring them back (but not this run's commits), run `RESTORE TABLE a.t TO VERSION AS "
+        "OF 5`; it also undoes v3 WRITE by other writers"
+    ) in text
+
+
+def test_a_restore_that_failed_after_it_committed_is_read_from_the_log():
+    table = FakeTable()
+    table.before = lambda sql: table.foreign("theirs")
+    s = state()
+    sent = table.execute
+
+    def commit_then_fail(sql: str) -> None:
+        sent(sql)
+        if sql.startswith("RESTORE"):
+            raise DbtRuntimeError("connection reset after the RESTORE committed")
+
+    def merge_then_lost_answer():
+        with fence(table).tagged(s, "write"):
+            table.execute("merge into t")
+        table.execute = commit_then_fail
+        fence(table).verify(s, None)
+
+    error = refused(merge_then_lost_answer)
+    assert [c.operation for c in table.commits[1:]] == ["WRITE", "MERGE", "RESTORE"]
+    assert table.rows[-1] == table.rows[1]
+    report = error.report
+    assert report.outcome == Outcome.REVERTED and report.revert_version == 3
+    assert "written as v2, then reverted by RESTORE (v3)" in report.message()
+
+
 def earlier_run(table: FakeTable, strategy: str = "merge") -> None:
     """A run of the node (invocation inv-0) whose write lands on a foreign commit, then dies
     before its verdict."""

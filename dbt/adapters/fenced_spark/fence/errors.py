@@ -126,6 +126,11 @@ class FenceReport:
     ours: list[Commit] = field(default_factory=list)
     reverted: list[Commit] = field(default_factory=list)
     rolled_back: list[Commit] = field(default_factory=list)
+    # The RESTORE that brings `rolled_back` back (else the newest of them), whether this run's
+    # write comes back with it, and foreign commits it rolls back again besides later ones.
+    bring_back: int | None = None
+    bring_back_with_ours: bool = True
+    bring_back_undoes: list[Commit] = field(default_factory=list)
     # Why a retry could not recompute this run (`fence_retries` is then not suggested), and
     # the model's `fence_retries`.
     no_retry: str | None = None
@@ -191,11 +196,30 @@ class FenceReport:
         steps, standing = self.steps, self.standing
         if self.rolled_back:
             # Our RESTORE took a foreign commit with it and could not give it back.
-            back = self.rolled_back[-1].version
+            back = self.rolled_back[-1].version if self.bring_back is None else self.bring_back
+            again = self.bring_back_undoes + [
+                c
+                for c in self.landed
+                if c.version > back and c not in self.rolled_back + self.bring_back_undoes
+            ]
+            also = (
+                f"; it also undoes {versions(again)} by other writers, so first make sure none "
+                "of that needs keeping"
+                if again
+                else ""
+            )
+            ours = (
+                "with this run's commits"
+                if self.bring_back_with_ours
+                else "but not this run's commits"
+            )
+            text = self._write()
+            if self.outcome != Outcome.NOT_REVERTED:
+                text += f"; {self.revert_error}"
             return (
-                f"{self._write()}; {self.revert_error}. Other writers' commits now missing "
-                f"from the table: {versions(self.rolled_back)}. To bring them back (with "
-                f"this run's commits), run `RESTORE TABLE {self.table} TO VERSION AS OF {back}`."
+                f"{text}. Other writers' commits now missing from the table: "
+                f"{versions(self.rolled_back)}. To bring them back ({ours}), run "
+                f"`RESTORE TABLE {self.table} TO VERSION AS OF {back}`{also}."
             )
         if not standing:
             if not steps and self.outcome == Outcome.NEVER_WRITTEN:

@@ -29,6 +29,11 @@ class Revert:
     rolled_back: list[Commit] = field(default_factory=list)
     error: str | None = None
     wrote: bool = False
+    # The RESTORE that brings `rolled_back` back, whether this run's write comes back with
+    # it, and the foreign commits it would roll back again (others are read anew).
+    bring_back: int | None = None
+    with_ours: bool = True
+    undoes: list[Commit] = field(default_factory=list)
 
 
 def _landed(commits: list[Commit]) -> str:
@@ -69,6 +74,9 @@ def refuse(
         ours=mine,
         reverted=revert.reverted,
         rolled_back=revert.rolled_back,
+        bring_back=revert.bring_back,
+        bring_back_with_ours=revert.with_ours,
+        bring_back_undoes=revert.undoes,
     )
 
 
@@ -92,11 +100,10 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
             error=f"{_landed(blocking)} landed after it, so a RESTORE would undo that too"
         )
     top = head[-1].version
-    try:
-        restore = tagged_restore(fence, state, head[0].version - 1, "revert", after=top)
-    except Exception as exc:
-        return Revert(error=f"the RESTORE failed: {reason(exc)}", wrote=True)
+    restore, failed = tagged_restore(fence, state, head[0].version - 1, "revert", after=top)
     if restore is None or restore.read_version is None:
+        if failed:
+            return Revert(error=f"the RESTORE failed: {failed}", wrote=True)
         return Revert(error="the RESTORE's commit is not in the table's history", wrote=True)
     if restore.read_version == top:
         # Ours below a foreign commit stay: restoring them would undo that commit too.
@@ -112,36 +119,49 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     read = restore.read_version
     slipped = [c for c in fence.commits_since(state.table, top) if c.version <= read]
     what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
-    try:
-        undo = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
-    except Exception as exc:
-        failed = reason(exc)
-    else:
-        if undo is not None and undo.read_version == restore.version:
-            return Revert(
-                wrote=True,
-                error=f"{what}, which rolled it back too, so v{undo.version} restored "
-                f"v{read}: the table is as it was before the RESTORE",
-            )
-        failed = "its commit is not where it should be"
+    undo, failed = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
+    if undo is None or undo.read_version is None:
+        return Revert(
+            reverted=head,
+            restore=restore,
+            rolled_back=slipped,
+            wrote=True,
+            error=f"{what}, which rolled it back too; undoing the RESTORE failed: "
+            f"{failed or 'its commit is not in the history'}",
+            bring_back=read,
+        )
+    restored = f"{what}, which rolled it back too, so v{undo.version} restored v{read}"
+    if undo.read_version == restore.version:
+        return Revert(wrote=True, error=f"{restored}: the table is as it was before the RESTORE")
+    # Yet another commit landed in the same window before the undo, and the undo took it:
+    # no RESTORE now gives back both it and what the first RESTORE took (docs/limits.md).
+    since = fence.commits_since(state.table, restore.version)
+    taken = [c for c in fence.foreign(state, since) if c.version <= undo.read_version]
     return Revert(
-        reverted=head,
-        restore=restore,
-        rolled_back=slipped,
+        rolled_back=taken,
         wrote=True,
-        error=f"{what}, which rolled it back too; undoing the RESTORE failed: {failed}",
+        error=f"{restored}; but {versions(taken) or 'a commit'} landed just before that "
+        f"RESTORE (v{undo.version}), which rolled it back",
+        bring_back=undo.read_version,
+        with_ours=False,
+        undoes=slipped,
     )
 
 
 def tagged_restore(
     fence: "Fence", state: FenceState, version: int, step: str, after: int
-) -> Commit | None:
+) -> tuple[Commit | None, str | None]:
     """A tagged RESTORE that commits only on the snapshot it read (never past a commit
-    that landed meanwhile), and its commit, found by its tag."""
-    with fence.tagged(state, step, strict=True):
-        fence.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+    that landed meanwhile): its commit, found by its tag even when the statement raised (it
+    may have committed first), and the statement's error."""
+    failed = None
+    try:
+        with fence.tagged(state, step, strict=True):
+            fence.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+    except Exception as exc:
+        failed = reason(exc)
     restores = fence.ours(state, fence.commits_since(state.table, after), step)
-    return restores[-1] if restores else None
+    return (restores[-1] if restores else None), failed
 
 
 def fail(
