@@ -363,6 +363,7 @@ class TestErrorsCatalogue:
             "tolerated": [],
             "steps": [],
             "standing": [],
+            "rolled_back": [],
         }
         catalogue("E201", message_of(results))
         assert rows(spark, f"select status from {table} order by id") == [
@@ -568,6 +569,11 @@ class TestErrorsCatalogue:
         assert restore.read_version == late.version and later.read_version == restore.version
         assert undo.read_version == later.version
         catalogue("E217", message_of(results))
+        response = response_of(project, "undo_window")
+        assert (response["fence_outcome"], response["rolled_back"]) == (
+            "written_not_reverted",
+            [later.version],
+        )
         # The commit the message names as missing holds the later row.
         table = f"{project.test_schema}.undo_window"
         assert (10, "later") in rows(

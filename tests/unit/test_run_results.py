@@ -43,6 +43,7 @@ def test_a_refusal_names_conflicts_apart_from_tolerated_commits():
         "tolerated": ["v14 OPTIMIZE: no data change"],
         "steps": [],
         "standing": [],
+        "rolled_back": [],
         "table_gone": None,
     }
 

@@ -176,6 +176,7 @@ class FenceReport:
             "tolerated": [j.describe() for j in self.judged.values() if not j.conflict],
             "steps": [step_name(c) for c in self.steps],
             "standing": [c.version for c in self.standing],
+            "rolled_back": [c.version for c in self.rolled_back],
             "table_gone": self.gone.name.lower() if self.gone else None,
         }
 
