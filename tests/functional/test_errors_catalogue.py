@@ -549,6 +549,14 @@ class TestErrorsCatalogue:
         ]
         return results, after
 
+    def next_run_refuses(self, project, name, merge):
+        """Our write stands below the fence's own RESTOREs: the node's next run refuses to
+        build on it (E213), as the message's "fix the table by hand" warns."""
+        run_dbt(["run", "--select", name, *run_vars(batch=SHIP_1_AND_ADD_4)], expect_pass=False)
+        response = response_of(project, name)
+        assert response["fence_outcome"] == "earlier_run_unresolved"
+        assert response["unresolved_version"] == merge.version
+
     @produces("E214")
     def test_a_commit_just_before_the_revert(self, project, spark, monkeypatch, catalogue):
         results, after = self.race_the_revert(
@@ -557,6 +565,7 @@ class TestErrorsCatalogue:
         assert [e.operation for e in after] == ["UPDATE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
         assert after[2].tag is None and after[3].read_version == after[2].version
         catalogue("E214", message_of(results))
+        self.next_run_refuses(project, "restore_window", after[1])
 
     @produces("E217")
     def test_a_commit_just_before_the_undo(self, project, spark, monkeypatch, catalogue):
@@ -579,6 +588,7 @@ class TestErrorsCatalogue:
         assert (10, "later") in rows(
             spark, f"select id, status from {table} version as of {later.version}"
         )
+        self.next_run_refuses(project, "undo_window", after[1])
 
     @produces("E215")
     def test_a_snapshot_refused(self, project, spark, monkeypatch, catalogue):

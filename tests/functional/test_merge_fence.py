@@ -385,8 +385,10 @@ class TestRevertAfterCommit(OneRowTarget):
         assert f"now missing from the table: v{later.version} WRITE." in message
         # The RESTORE it names gives the later row back without ours and without the late one.
         back = f"RESTORE TABLE {table} TO VERSION AS OF {later.version}"
-        assert f"To bring them back (but not this run's commits), run `{back}`" in message
-        assert f"it also undoes v{late.version} WRITE by other writers" in message
+        assert (
+            f"`{back}` would bring them back and undo this run's v{merge.version} MERGE "
+            f"(write), and v{late.version} WRITE by other writers: first make sure"
+        ) in message
         assert rows(
             spark, f"select id, v from {table} version as of {later.version} order by id"
         ) == [(1, "foreign"), (4, "later")]

@@ -114,19 +114,33 @@ def test_a_write_and_the_steps_before_it_all_at_the_head_leave_nothing():
     assert "fence_retries" not in text  # a retry would not redo the steps
 
 
-def test_a_commit_that_slips_in_before_the_restore_is_given_back():
-    table = FakeTable()
+def merge_refused(table: FakeTable, *before_restores) -> FenceViolation:
+    """Our MERGE, refused for a foreign commit that landed before it; each of
+    `before_restores` runs right before the next statement after our look at the head (a
+    RESTORE of the revert) takes its snapshot."""
     table.before = lambda sql: table.foreign("theirs")
     s = state()
+    races = list(before_restores)
 
-    def merge_then_late_commit():
+    def next_race(sql: str) -> None:
+        races.pop(0)(sql)
+        if races:
+            table.before = next_race
+
+    def merge_then_races():
         with fence(table).tagged(s, "write"):
             table.execute("merge into t")
-        # Lands after our look at the head, right before the RESTORE takes its snapshot.
-        table.before = lambda sql: table.foreign("late") if sql.startswith("RESTORE") else None
+        if races:
+            table.before = next_race
         fence(table).verify(s, None)
 
-    error = refused(merge_then_late_commit)
+    return refused(merge_then_races)
+
+
+def test_a_commit_that_slips_in_before_the_restore_is_given_back():
+    table = FakeTable()
+    # Lands after our look at the head, right before the RESTORE takes its snapshot.
+    error = merge_refused(table, lambda sql: table.foreign("late"))
     operations = [c.operation for c in table.commits[1:]]
     assert operations == ["WRITE", "MERGE", "WRITE", "RESTORE", "RESTORE"]
     assert table.rows[-1] == table.rows[3]  # theirs, ours and late: as before the RESTORE
@@ -137,6 +151,10 @@ def test_a_commit_that_slips_in_before_the_restore_is_given_back():
     assert "(v3 WRITE landed just before the RESTORE (v4)" in text
     assert "so v5 restored v3: the table is as it was before the RESTORE" in text
     assert "RESTORE TABLE a.t TO VERSION AS OF 1" in text
+    # Our write stands below our own RESTOREs: the node's next run refuses to build on it.
+    with pytest.raises(FenceUnresolved) as raised:
+        fence(table).check_earlier_runs(next_run(table), frozenset())
+    assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv)" in raised.value.msg
 
 
 def test_a_restore_that_cannot_be_undone_says_what_it_took():
@@ -171,21 +189,10 @@ def test_a_restore_that_cannot_be_undone_says_what_it_took():
 
 def test_a_commit_that_slips_in_before_the_undo_is_named_missing():
     table = FakeTable()
-    table.before = lambda sql: table.foreign("theirs")
-    s = state()
-
-    def merge_then_two_late_commits():
-        with fence(table).tagged(s, "write"):
-            table.execute("merge into t")
-
-        def late(sql: str) -> None:
-            table.foreign("late")  # before the RESTORE's snapshot
-            table.before = lambda sql: table.foreign("later")  # before the undo's
-
-        table.before = late
-        fence(table).verify(s, None)
-
-    error = refused(merge_then_two_late_commits)
+    # One before the RESTORE's snapshot, one before the undo's.
+    error = merge_refused(
+        table, lambda sql: table.foreign("late"), lambda sql: table.foreign("later")
+    )
     operations = [c.operation for c in table.commits[1:]]
     assert operations == ["WRITE", "MERGE", "WRITE", "RESTORE", "WRITE", "RESTORE"]
     # The undo gave back ours and "late", and took "later": no RESTORE gives back all three.
@@ -203,9 +210,49 @@ def test_a_commit_that_slips_in_before_the_undo_is_named_missing():
     # RESTORE TO 5 is the RESTORE's state plus "later": without ours and without "late".
     assert table.rows[5] == (table.rows[1] | {"later"})
     assert (
-        "To bring them back (but not this run's commits), run `RESTORE TABLE a.t TO VERSION AS "
-        "OF 5`; it also undoes v3 WRITE by other writers"
+        "`RESTORE TABLE a.t TO VERSION AS OF 5` would bring them back and undo this run's "
+        "v2 MERGE (write), and v3 WRITE by other writers: first make sure"
     ) in text
+    with pytest.raises(FenceUnresolved) as raised:
+        fence(table).check_earlier_runs(next_run(table), frozenset())
+    assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv)" in raised.value.msg
+
+
+def test_a_restore_that_slipped_in_and_undid_ours_is_not_claimed_to_stand():
+    table = FakeTable()
+    # Another writer restores v1 (before ours) right before our RESTORE's snapshot.
+    error = merge_refused(
+        table,
+        lambda sql: table.commit(
+            "RESTORE", table.rows[1], table.latest, parameters={"version": "1"}
+        ),
+    )
+    operations = [c.operation for c in table.commits[1:]]
+    assert operations == ["WRITE", "MERGE", "RESTORE", "RESTORE", "RESTORE"]
+    assert table.rows[-1] == table.rows[1]  # theirs only: our MERGE is not in the table
+    report = error.report
+    assert report.outcome == Outcome.REVERTED and report.standing == []
+    assert report.revert_version == 3 and report.nothing_of_ours_remains
+    assert "written as v2, then reverted by RESTORE (v3): nothing of this run remains" in (
+        report.message()
+    )
+
+
+def test_a_compaction_the_undo_took_is_nothing_lost():
+    table = FakeTable()
+    error = merge_refused(
+        table,
+        lambda sql: table.foreign("late"),
+        lambda sql: table.commit("OPTIMIZE", table.rows[-1], table.latest),
+    )
+    assert [c.operation for c in table.commits[4:]] == ["RESTORE", "OPTIMIZE", "RESTORE"]
+    report = error.report
+    assert report.outcome == Outcome.NOT_REVERTED and report.rolled_back == []
+    assert "the table is as it was before the RESTORE" in report.message()
+
+
+def next_run(table: FakeTable) -> FenceState:
+    return FenceState(TABLE, "a.t", "merge", table.latest, table.latest, "inv-2", "model.p.t")
 
 
 def test_a_restore_that_failed_after_it_committed_is_read_from_the_log():

@@ -69,7 +69,10 @@ def check_earlier_runs(
             after.append(commit)  # undone by a RESTORE above it
             continue
         restored = commit.restored_version
-        if restored is not None and (tag is None or tag.node != state.node):
+        # The node's own undo of its revert gave back what that RESTORE took, its write
+        # among them (E214, E217): that write is judged like any other, below it.
+        undo = tag is not None and tag.node == state.node and tag.step == "revert_undo"
+        if restored is not None and (tag is None or tag.node != state.node or undo):
             lineage = restored
             after.append(commit)
             continue

@@ -203,24 +203,27 @@ class FenceReport:
                 for c in self.landed
                 if c.version > back and c not in self.rolled_back + self.bring_back_undoes
             ]
-            also = (
-                f"; it also undoes {versions(again)} by other writers, so first make sure none "
-                "of that needs keeping"
-                if again
-                else ""
-            )
-            ours = (
-                "with this run's commits"
-                if self.bring_back_with_ours
-                else "but not this run's commits"
-            )
+            restore = f"`RESTORE TABLE {self.table} TO VERSION AS OF {back}`"
             text = self._write()
             if self.outcome != Outcome.NOT_REVERTED:
                 text += f"; {self.revert_error}"
+            text += (
+                f". Other writers' commits now missing from the table: "
+                f"{versions(self.rolled_back)}."
+            )
+            if self.bring_back_with_ours or not standing:
+                with_ours = " (with this run's commits)" if self.bring_back_with_ours else ""
+                also = (
+                    f"; it also undoes {versions(again)} by other writers, so first make sure "
+                    "none of that needs keeping"
+                    if again
+                    else ""
+                )
+                return f"{text} To bring them back{with_ours}, run {restore}{also}."
+            others = f", and {versions(again)} by other writers" if again else ""
             return (
-                f"{text}. Other writers' commits now missing from the table: "
-                f"{versions(self.rolled_back)}. To bring them back ({ours}), run "
-                f"`RESTORE TABLE {self.table} TO VERSION AS OF {back}`{also}."
+                f"{text} {restore} would bring them back and undo this run's "
+                f"{_listed(standing)}{others}: first make sure none of that needs keeping."
             )
         if not standing:
             if not steps and self.outcome == Outcome.NEVER_WRITTEN:

@@ -120,6 +120,7 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     slipped = [c for c in fence.commits_since(state.table, top) if c.version <= read]
     what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
     undo, failed = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
+    log = {c.version: c for c in fence.commits_since(state.table, state.read_version)}
     if undo is None or undo.read_version is None:
         return Revert(
             reverted=head,
@@ -129,23 +130,65 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
             error=f"{what}, which rolled it back too; undoing the RESTORE failed: "
             f"{failed or 'its commit is not in the history'}",
             bring_back=read,
+            with_ours=all(present(log, c, read) is not False for c in head),
         )
     restored = f"{what}, which rolled it back too, so v{undo.version} restored v{read}"
-    if undo.read_version == restore.version:
-        return Revert(wrote=True, error=f"{restored}: the table is as it was before the RESTORE")
+    # What slipped in may itself have undone ours (another writer's RESTORE): then the
+    # version the undo restored holds none of it.
+    gone = [c for c in head if present(log, c, read) is False]
+    undone_by = [c for c in slipped if c.operation == "RESTORE"][-1:]
+    if gone:
+        restored += f", where {versions(undone_by)} had undone this run's {versions(gone)}"
     # Yet another commit landed in the same window before the undo, and the undo took it:
     # no RESTORE now gives back both it and what the first RESTORE took (docs/limits.md).
-    since = fence.commits_since(state.table, restore.version)
-    taken = [c for c in fence.foreign(state, since) if c.version <= undo.read_version]
+    # A compaction (no data change) taken with it is nothing lost.
+    taken = [
+        c
+        for c in fence.foreign(state, list(log.values()))
+        if restore.version < c.version <= undo.read_version and not c.compaction
+    ]
+    if not taken:
+        return Revert(
+            reverted=gone,
+            restore=undone_by[0] if gone and undone_by else None,
+            wrote=True,
+            error=f"{restored}: the table is as it was before the RESTORE",
+        )
+    back = undo.read_version
+    kept = [c for c in head if c not in gone]
     return Revert(
+        reverted=gone,
+        restore=undone_by[0] if gone and undone_by else None,
         rolled_back=taken,
         wrote=True,
-        error=f"{restored}; but {versions(taken) or 'a commit'} landed just before that "
-        f"RESTORE (v{undo.version}), which rolled it back",
-        bring_back=undo.read_version,
-        with_ours=False,
-        undoes=slipped,
+        error=f"{restored}; but {versions(taken)} landed just before that RESTORE "
+        f"(v{undo.version}), which rolled it back",
+        bring_back=back,
+        with_ours=bool(kept) and all(present(log, c, back) is not False for c in kept),
+        undoes=[c for c in slipped if present(log, c, back) is False],
     )
+
+
+def present(log: dict[int, Commit], commit: Commit, at: int) -> bool | None:
+    """Whether `commit`'s change is in the table at version `at`: a RESTORE above it to a
+    version below it took it out; one to a version at or above it leaves the question to that
+    version. None where the log cannot say (a RESTORE by timestamp, a version not read)."""
+    version = at
+    while version > commit.version:
+        step = log.get(version)
+        if step is None:
+            return None
+        if step.operation == "RESTORE":
+            target = step.restored_version
+            if target is None:
+                return None
+            if target < commit.version:
+                return False
+            if target < version:
+                version = target
+                continue
+        version -= 1
+    return True
 
 
 def tagged_restore(
