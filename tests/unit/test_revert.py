@@ -215,7 +215,39 @@ def test_a_commit_that_slips_in_before_the_undo_is_named_missing():
     ) in text
     with pytest.raises(FenceUnresolved) as raised:
         fence(table).check_earlier_runs(next_run(table), frozenset())
-    assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv)" in raised.value.msg
+    text = raised.value.msg
+    assert "its commit: v2 MERGE by dbt-fenced-spark model.p.t (invocation inv)" in text
+    # Only what is in the table and not ours: v5 is gone already, v4 and v6 are our RESTOREs.
+    assert "TO VERSION AS OF 1`; that also undoes v3 WRITE by other writers, so" in text
+
+
+def test_the_undo_names_only_what_its_restore_would_undo_of_ours():
+    table = FakeTable()
+    s = our_step(table, state(), "schema_change", "alter table add columns")
+    table.before = lambda sql: table.foreign("theirs")
+    races = [lambda: table.foreign("late"), lambda: table.foreign("later")]
+
+    def race(sql: str) -> None:
+        races.pop(0)()
+        if races:
+            table.before = race
+
+    def write_then_races():
+        with fence(table).tagged(s, "write"):
+            table.execute("merge into t")
+        table.before = race
+        fence(table).verify(s, None)
+
+    error = refused(write_then_races)
+    operations = [c.operation for c in table.commits[1:]]
+    assert operations == ["ALTER", "WRITE", "MERGE", "WRITE", "RESTORE", "WRITE", "RESTORE"]
+    assert "alter table add columns" in table.rows[6]  # the RESTORE it names keeps our ALTER
+    text = error.report.message()
+    assert "this run's earlier steps v1 ALTER (schema_change) stand" in text
+    assert (
+        "`RESTORE TABLE a.t TO VERSION AS OF 6` would bring them back and undo this run's "
+        "v3 MERGE (write), and v4 WRITE by other writers" in text
+    )
 
 
 def test_a_restore_that_slipped_in_and_undid_ours_is_not_claimed_to_stand():

@@ -61,20 +61,21 @@ def check_earlier_runs(
     table version T's: the commits between T and it are not in the table, the search goes on
     from T (a RESTORE that undid only later commits leaves the unverified one in force). A
     RESTORE by timestamp undoes nothing here: the fence cannot tell what it undid."""
+    # Other writers' commits above, still in the table: what undoing a commit would undo too.
     after: list[Commit] = []
     lineage: int | None = None  # the newest version still in the table, below a RESTORE
     for commit in recent if recent is not None else fence.log.recent(state.table, LOOKBACK):
         tag = commit.tag
         if lineage is not None and commit.version > lineage:
-            after.append(commit)  # undone by a RESTORE above it
-            continue
+            continue  # undone by a RESTORE above it
         restored = commit.restored_version
         # The node's own undo of its revert gave back what that RESTORE took, its write
         # among them (E214, E217): that write is judged like any other, below it.
         undo = tag is not None and tag.node == state.node and tag.step == "revert_undo"
         if restored is not None and (tag is None or tag.node != state.node or undo):
             lineage = restored
-            after.append(commit)
+            if not undo:
+                after.append(commit)
             continue
         if commit.operation == "RESTORE" and (tag is None or tag.node != state.node):
             # By timestamp: it names no version, so nothing below it is taken as undone.
@@ -88,7 +89,8 @@ def check_earlier_runs(
             or tag.node != state.node
             or tag.invocation_id == state.invocation_id
         ):
-            after.append(commit)
+            if tag is None or tag.node != state.node:
+                after.append(commit)
             continue
         if tag.step not in OWN_STEPS or tag.expected_version is None:
             return  # that run reached its verdict (revert, post-hook), or an old tag

@@ -127,10 +127,12 @@ class FenceReport:
     reverted: list[Commit] = field(default_factory=list)
     rolled_back: list[Commit] = field(default_factory=list)
     # The RESTORE that brings `rolled_back` back (else the newest of them), whether this run's
-    # write comes back with it, and foreign commits it rolls back again besides later ones.
+    # commits come back with it, foreign commits it rolls back again besides later ones, and
+    # this run's standing commits it would undo.
     bring_back: int | None = None
     bring_back_with_ours: bool = True
     bring_back_undoes: list[Commit] = field(default_factory=list)
+    bring_back_undoes_ours: list[Commit] = field(default_factory=list)
     # Why a retry could not recompute this run (`fence_retries` is then not suggested), and
     # the model's `fence_retries`.
     no_retry: str | None = None
@@ -207,24 +209,28 @@ class FenceReport:
             text = self._write()
             if self.outcome != Outcome.NOT_REVERTED:
                 text += f"; {self.revert_error}"
+            kept_steps = [c for c in steps if c in standing]
+            if kept_steps:
+                text += f"; this run's earlier steps {_listed(kept_steps)} stand"
             text += (
                 f". Other writers' commits now missing from the table: "
                 f"{versions(self.rolled_back)}."
             )
-            if self.bring_back_with_ours or not standing:
-                with_ours = " (with this run's commits)" if self.bring_back_with_ours else ""
-                also = (
-                    f"; it also undoes {versions(again)} by other writers, so first make sure "
-                    "none of that needs keeping"
-                    if again
-                    else ""
+            if self.bring_back_undoes_ours:
+                others = f", and {versions(again)} by other writers" if again else ""
+                return (
+                    f"{text} {restore} would bring them back and undo this run's "
+                    f"{_listed(self.bring_back_undoes_ours)}{others}: first make sure none of "
+                    "that needs keeping."
                 )
-                return f"{text} To bring them back{with_ours}, run {restore}{also}."
-            others = f", and {versions(again)} by other writers" if again else ""
-            return (
-                f"{text} {restore} would bring them back and undo this run's "
-                f"{_listed(standing)}{others}: first make sure none of that needs keeping."
+            with_ours = " (with this run's commits)" if self.bring_back_with_ours else ""
+            also = (
+                f"; it also undoes {versions(again)} by other writers, so first make sure "
+                "none of that needs keeping"
+                if again
+                else ""
             )
+            return f"{text} To bring them back{with_ours}, run {restore}{also}."
         if not standing:
             if not steps and self.outcome == Outcome.NEVER_WRITTEN:
                 return "never written: the table is as the other writer(s) left it."

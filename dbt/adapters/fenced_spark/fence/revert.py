@@ -29,11 +29,13 @@ class Revert:
     rolled_back: list[Commit] = field(default_factory=list)
     error: str | None = None
     wrote: bool = False
-    # The RESTORE that brings `rolled_back` back, whether this run's write comes back with
-    # it, and the foreign commits it would roll back again (others are read anew).
+    # The RESTORE that brings `rolled_back` back, whether this run's commits come back with
+    # it, the foreign commits it would roll back again (others are read anew), and ours that
+    # stand and it would undo.
     bring_back: int | None = None
     with_ours: bool = True
     undoes: list[Commit] = field(default_factory=list)
+    undoes_ours: list[Commit] = field(default_factory=list)
 
 
 def _landed(commits: list[Commit]) -> str:
@@ -77,6 +79,7 @@ def refuse(
         bring_back=revert.bring_back,
         bring_back_with_ours=revert.with_ours,
         bring_back_undoes=revert.undoes,
+        bring_back_undoes_ours=revert.undoes_ours,
     )
 
 
@@ -136,9 +139,9 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     # What slipped in may itself have undone ours (another writer's RESTORE): then the
     # version the undo restored holds none of it.
     gone = [c for c in head if present(log, c, read) is False]
-    undone_by = [c for c in slipped if c.operation == "RESTORE"][-1:]
-    if gone:
-        restored += f", where {versions(undone_by)} had undone this run's {versions(gone)}"
+    undone_by = taken_by(log, gone[-1], read)[1] if gone else None
+    if gone and undone_by:
+        restored += f", where v{undone_by.version} RESTORE had undone this run's {versions(gone)}"
     # Yet another commit landed in the same window before the undo, and the undo took it:
     # no RESTORE now gives back both it and what the first RESTORE took (docs/limits.md).
     # A compaction (no data change) taken with it is nothing lost.
@@ -150,45 +153,53 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     if not taken:
         return Revert(
             reverted=gone,
-            restore=undone_by[0] if gone and undone_by else None,
+            restore=undone_by,
             wrote=True,
             error=f"{restored}: the table is as it was before the RESTORE",
         )
     back = undo.read_version
     kept = [c for c in head if c not in gone]
+    undoes_ours = [c for c in kept if present(log, c, back) is False]
     return Revert(
         reverted=gone,
-        restore=undone_by[0] if gone and undone_by else None,
+        restore=undone_by,
         rolled_back=taken,
         wrote=True,
         error=f"{restored}; but {versions(taken)} landed just before that RESTORE "
         f"(v{undo.version}), which rolled it back",
         bring_back=back,
-        with_ours=bool(kept) and all(present(log, c, back) is not False for c in kept),
+        with_ours=bool(kept) and not undoes_ours,
         undoes=[c for c in slipped if present(log, c, back) is False],
+        undoes_ours=undoes_ours,
     )
 
 
 def present(log: dict[int, Commit], commit: Commit, at: int) -> bool | None:
-    """Whether `commit`'s change is in the table at version `at`: a RESTORE above it to a
-    version below it took it out; one to a version at or above it leaves the question to that
-    version. None where the log cannot say (a RESTORE by timestamp, a version not read)."""
+    """Whether `commit`'s change is in the table at version `at` (`taken_by`)."""
+    found, _ = taken_by(log, commit, at)
+    return found
+
+
+def taken_by(log: dict[int, Commit], commit: Commit, at: int) -> tuple[bool | None, Commit | None]:
+    """Whether `commit`'s change is in the table at version `at`, and if not, the RESTORE
+    that took it out: one above it to a version below it; one to a version at or above it
+    leaves the question to that version. None where the log cannot say (a RESTORE by
+    timestamp, a version not read)."""
     version = at
     while version > commit.version:
         step = log.get(version)
         if step is None:
-            return None
+            return None, None
         if step.operation == "RESTORE":
             target = step.restored_version
             if target is None:
-                return None
+                return None, None
             if target < commit.version:
-                return False
-            if target < version:
-                version = target
-                continue
+                return False, step
+            version = target
+            continue
         version -= 1
-    return True
+    return True, None
 
 
 def tagged_restore(
