@@ -107,6 +107,18 @@ def _listed(commits: list[Commit]) -> str:
     return ", ".join(step_name(c) for c in commits)
 
 
+@dataclass(frozen=True)
+class BringBack:
+    """The RESTORE that brings a revert's `rolled_back` commits back: its version, whether
+    this run's commits come back with it, the foreign commits it rolls back again (besides
+    later ones), and this run's standing commits it would undo."""
+
+    version: int
+    with_ours: bool = True
+    undoes: list[Commit] = field(default_factory=list)
+    undoes_ours: list[Commit] = field(default_factory=list)
+
+
 @dataclass
 class FenceReport:
     strategy: str
@@ -126,13 +138,8 @@ class FenceReport:
     ours: list[Commit] = field(default_factory=list)
     reverted: list[Commit] = field(default_factory=list)
     rolled_back: list[Commit] = field(default_factory=list)
-    # The RESTORE that brings `rolled_back` back (else the newest of them), whether this run's
-    # commits come back with it, foreign commits it rolls back again besides later ones, and
-    # this run's standing commits it would undo.
-    bring_back: int | None = None
-    bring_back_with_ours: bool = True
-    bring_back_undoes: list[Commit] = field(default_factory=list)
-    bring_back_undoes_ours: list[Commit] = field(default_factory=list)
+    # Set with `rolled_back`.
+    bring_back: BringBack | None = None
     # Why a retry could not recompute this run (`fence_retries` is then not suggested), and
     # the model's `fence_retries`.
     no_retry: str | None = None
@@ -197,15 +204,15 @@ class FenceReport:
 
     def what_happened(self) -> str:
         steps, standing = self.steps, self.standing
-        if self.rolled_back:
+        if self.rolled_back and self.bring_back:
             # Our RESTORE took a foreign commit with it and could not give it back.
-            back = self.rolled_back[-1].version if self.bring_back is None else self.bring_back
-            again = self.bring_back_undoes + [
+            bring = self.bring_back
+            again = bring.undoes + [
                 c
                 for c in self.landed
-                if c.version > back and c not in self.rolled_back + self.bring_back_undoes
+                if c.version > bring.version and c not in self.rolled_back + bring.undoes
             ]
-            restore = f"`RESTORE TABLE {self.table} TO VERSION AS OF {back}`"
+            restore = f"`RESTORE TABLE {self.table} TO VERSION AS OF {bring.version}`"
             text = self._write()
             if self.outcome != Outcome.NOT_REVERTED:
                 text += f"; {self.revert_error}"
@@ -216,14 +223,14 @@ class FenceReport:
                 f". Other writers' commits now missing from the table: "
                 f"{versions(self.rolled_back)}."
             )
-            if self.bring_back_undoes_ours:
+            if bring.undoes_ours:
                 others = f", and {versions(again)} by other writers" if again else ""
                 return (
                     f"{text} {restore} would bring them back and undo this run's "
-                    f"{_listed(self.bring_back_undoes_ours)}{others}: first make sure none of "
+                    f"{_listed(bring.undoes_ours)}{others}: first make sure none of "
                     "that needs keeping."
                 )
-            with_ours = " (with this run's commits)" if self.bring_back_with_ours else ""
+            with_ours = " (with this run's commits)" if bring.with_ours else ""
             also = (
                 f"; it also undoes {versions(again)} by other writers, so first make sure "
                 "none of that needs keeping"

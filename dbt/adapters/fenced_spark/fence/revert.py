@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.errors import (
+    BringBack,
     FenceReport,
     FenceViolation,
     Outcome,
@@ -29,13 +30,7 @@ class Revert:
     rolled_back: list[Commit] = field(default_factory=list)
     error: str | None = None
     wrote: bool = False
-    # The RESTORE that brings `rolled_back` back, whether this run's commits come back with
-    # it, the foreign commits it would roll back again (others are read anew), and ours that
-    # stand and it would undo.
-    bring_back: int | None = None
-    with_ours: bool = True
-    undoes: list[Commit] = field(default_factory=list)
-    undoes_ours: list[Commit] = field(default_factory=list)
+    bring_back: BringBack | None = None
 
 
 def _landed(commits: list[Commit]) -> str:
@@ -77,9 +72,6 @@ def refuse(
         reverted=revert.reverted,
         rolled_back=revert.rolled_back,
         bring_back=revert.bring_back,
-        bring_back_with_ours=revert.with_ours,
-        bring_back_undoes=revert.undoes,
-        bring_back_undoes_ours=revert.undoes_ours,
     )
 
 
@@ -120,10 +112,10 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     # A commit landed between our look at the head and the RESTORE's snapshot, and the
     # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
     read = restore.read_version
-    slipped = [c for c in fence.commits_since(state.table, top) if c.version <= read]
-    what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
     undo, failed = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
     log = {c.version: c for c in fence.commits_since(state.table, state.read_version)}
+    slipped = [c for c in log.values() if top < c.version <= read]
+    what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
     if undo is None or undo.read_version is None:
         return Revert(
             reverted=head,
@@ -132,8 +124,7 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
             wrote=True,
             error=f"{what}, which rolled it back too; undoing the RESTORE failed: "
             f"{failed or 'its commit is not in the history'}",
-            bring_back=read,
-            with_ours=all(present(log, c, read) is not False for c in head),
+            bring_back=BringBack(read, all(present(log, c, read) is not False for c in head)),
         )
     restored = f"{what}, which rolled it back too, so v{undo.version} restored v{read}"
     # What slipped in may itself have undone ours (another writer's RESTORE): then the
@@ -167,10 +158,12 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
         wrote=True,
         error=f"{restored}; but {versions(taken)} landed just before that RESTORE "
         f"(v{undo.version}), which rolled it back",
-        bring_back=back,
-        with_ours=bool(kept) and not undoes_ours,
-        undoes=[c for c in slipped if present(log, c, back) is False],
-        undoes_ours=undoes_ours,
+        bring_back=BringBack(
+            back,
+            with_ours=bool(kept) and not undoes_ours,
+            undoes=[c for c in slipped if present(log, c, back) is False],
+            undoes_ours=undoes_ours,
+        ),
     )
 
 
