@@ -540,7 +540,9 @@ def _fence_parts(r: Results) -> list[str]:
         "The fence's own time by kind: median ms per fenced run (statements or history reads per"
         " run). *stock's temp view*, not part of the fence's own time: the temporary view stock"
         " dbt-spark creates for the same model SQL, where the fence creates its staging view;"
-        " so that much of the staging view's time is no addition.",
+        " so that much of the staging view's time is no addition. Where the fence creates none"
+        " (a SQL model with `on_schema_change: ignore`: its write reads the model SQL itself),"
+        " 0: stock's view is then time the fenced run does not spend at all.",
         "",
         "| rows | fenced / stock method | strategy | "
         + " | ".join(kinds)

@@ -4,6 +4,7 @@ that committed and then failed is reported committed, and its re-run does not do
 import json
 import logging
 import os
+import re
 import shutil
 
 import pytest
@@ -173,7 +174,7 @@ class TestTargetRunHoldsWhatRan:
     def models(self):
         return {"pinned.sql": READS_ITSELF}
 
-    def test_the_run_file_holds_the_pinned_staging_and_the_write(self, project, spark):
+    def test_the_run_file_holds_the_write_with_the_pinned_model_sql(self, project, spark):
         table = f"{project.test_schema}.pinned"
         run_dbt(["run"])
         vb = history(spark, table)[-1].version
@@ -183,8 +184,10 @@ class TestTargetRunHoldsWhatRan:
             ran = f.read()
         assert f"-- dbt-fenced-spark: fenced merge into {table} (model.test.pinned)" in ran
         assert f"VERSION AS OF {vb}" in ran  # the model SQL as it ran, pinned
-        assert "create or replace temporary view" in ran.lower()
+        # on_schema_change 'ignore': the model SQL is the write's source, no view is made
+        assert "temporary view" not in ran.lower()
         assert f"merge into {table}" in ran.lower()
+        assert re.search(r"using \(\n.*VERSION AS OF \d+.*\n\) as DBT_INTERNAL_SOURCE", ran, re.S)
         assert history(spark, table)[-1].operation == "MERGE"
 
 

@@ -196,7 +196,7 @@ READ = re.compile(r"read v(\d+);")
 # lands during the run leaves the target with a column the model does not produce, and
 # Delta's MERGE refuses that before it commits. Allowed only where that ALTER raced the run.
 NEW_COLUMN = re.compile(
-    r"failed; nothing was written\. Delta said:\s+\[[A-Z_.]+\] Cannot resolve (x\d+)"
+    r"failed; nothing was written\. (?:Delta|Spark) said:\s+\[[A-Z_.]+\] Cannot resolve (x\d+)"
 )
 
 

@@ -11,6 +11,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.impl import FenceSql
 from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import (
     ForeignAt,
@@ -20,6 +21,7 @@ from tests.functional.lakehouse import (
     max_concurrent,
     ours,
     rows,
+    without_leading_comments,
 )
 from tests.harness.runner import SessionRunner
 
@@ -122,6 +124,52 @@ class TestFencedWatermark(WatermarkBase):
         assert len(ours(after)) == 1
         assert results.results[0].adapter_response["read_version"] == foreign.version
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
+
+    def test_each_retry_pins_the_model_sql_anew(self, project, spark, monkeypatch):
+        """Two refusals in a row: the third attempt's write reads the table at the version
+        the second refusal left, not at an earlier attempt's (the model SQL is the write's
+        own source, pinned anew in it at each retry)."""
+        table = self.start(project)
+        vb = history(spark, table)[-1].version
+        writer = ForeignWriter(spark)
+        theirs = [f"insert into {table} values (3)", f"insert into {table} values (10)"]
+        execute = FenceSql.execute
+
+        def raced(runner, sql):
+            # right before our INSERT takes its snapshot
+            if theirs and without_leading_comments(sql).lower().startswith("insert into"):
+                writer.sql(theirs.pop(0))
+            execute(runner, sql)
+
+        monkeypatch.setattr(FenceSql, "execute", raced)
+        results = run_dbt(["run", "--vars", json.dumps({"hi": 12, "retries": 3})])
+
+        after = [e for e in history(spark, table) if e.version > vb]
+        # each foreign INSERT landed right before ours, which Delta committed above it; the
+        # fence found it among the rows the model read and reverted ours, then retried
+        assert [(e.operation, e.tag and (e.tag["attempt"], e.tag["step"])) for e in after] == [
+            ("WRITE", None),
+            ("WRITE", (1, "write")),
+            ("RESTORE", (1, "revert")),
+            ("WRITE", None),
+            ("WRITE", (2, "write")),
+            ("RESTORE", (2, "revert")),
+            ("WRITE", (3, "write")),
+        ]
+        second_vb = after[2].version  # the first RESTORE: what attempt 2 read
+        assert after[4].tag["read_version"] == second_vb
+        mine = after[-1]
+        assert mine.tag["read_version"] == after[5].version == mine.read_version
+        assert results.results[0].adapter_response["read_version"] == mine.read_version
+        # pinned at attempt 1's vB it would have added 3..11, at attempt 2's 4..11
+        assert rows(spark, f"select id from {table} order by id") == [
+            (0,),
+            (1,),
+            (2,),
+            (3,),
+            (10,),
+            (11,),
+        ]
 
 
 class TestEightConcurrentAppends:

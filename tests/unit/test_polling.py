@@ -268,7 +268,7 @@ def dropping(handle, staged_on, refuse: bool = False) -> tuple[FencedSparkAdapte
     manager.add_query = add_query  # type: ignore[method-assign]
     adapter = object.__new__(FencedSparkAdapter)
     adapter.connections = manager
-    adapter._node = lambda: SimpleNamespace(staged_on=staged_on)  # type: ignore[method-assign]
+    adapter._node = lambda: SimpleNamespace(staged_on=staged_on, source=None)  # type: ignore[method-assign]
     return adapter, sent
 
 

@@ -652,3 +652,48 @@ def test_an_earlier_commit_its_own_run_verified_is_taken_as_verified():
         refusing.verified = other
         with pytest.raises(FenceUnresolved):
             refusing.check_earlier_runs(state(expected=2), frozenset())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("after", [0.01, 0.05])
+def test_a_write_right_after_its_capture_is_not_pre_checked_again(after):
+    # The capture's read took 30 ms: a pre-check sent 10 ms after it could not narrow the
+    # window verification covers, and is not sent; 50 ms after it, it can, and is.
+    table, clock = CountsHistoryReads(), Clock()
+    f = Fence(table, nullcontext, rng=lambda: 0.0, clock=clock)
+
+    def read_head() -> int:
+        clock.now += 0.03
+        return f.log.latest_version(TABLE)
+
+    f._timed_head(TABLE, read_head)
+    seen = f.head_seen(state())
+    assert seen.head == (0, 100.03, pytest.approx(0.03))
+    table.reads.clear()
+    clock.now += after
+    table.foreign("theirs")  # lands in the gap: whichever check runs must refuse it
+    report = refused(lambda: f.write(seen, "merge into t")).report
+    assert report.cause.startswith("post-write verification" if after < 0.03 else "pre-check")
+    assert table.rows[-1] == frozenset({"theirs"})  # ours never stood or was reverted
+    if after > 0.03:
+        assert [c.operation for c in table.commits] == ["CREATE TABLE", "WRITE"]
+    else:
+        assert [c.operation for c in table.commits][-2:] == ["MERGE", "RESTORE"]
+
+
+def test_a_head_read_at_another_version_is_no_reason_to_skip_the_pre_check():
+    table, clock = CountsHistoryReads(), Clock()
+    f = Fence(table, nullcontext, rng=lambda: 0.0, clock=clock)
+    f._timed_head(TABLE, lambda: f.log.latest_version(TABLE))
+    table.reads.clear()
+    table.foreign("ours, a pre-hook's step")
+    stepped = replace(f.head_seen(state()), expected_version=1)  # our own step since
+    f.precheck(stepped)
+    assert table.reads  # read again, though no time passed

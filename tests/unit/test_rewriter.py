@@ -5,7 +5,7 @@ import random
 import pytest
 
 from dbt.adapters.fenced_spark.fence import rewriter
-from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads, reads_self
+from dbt.adapters.fenced_spark.fence.rewriter import as_subquery, pin_self_reads, reads_self
 
 
 def pin(sql: str) -> str:
@@ -398,3 +398,27 @@ def test_names_bare():
     assert rewriter.names_bare("with orders as (select 1) select * from orders", "ORDERS")
     assert not rewriter.names_bare("select * from analytics.orders", "orders")
     assert not rewriter.names_bare("select orders.id from analytics.t orders_x", "orders")
+
+
+@pytest.mark.parametrize(
+    ("sql", "body"),
+    [
+        ("select 1 as id", "select 1 as id"),
+        ("select 1 as id;\n", "select 1 as id"),
+        ("select 1 as id -- the last line\n", "select 1 as id -- the last line"),
+        (
+            "with a as (select 1 as id)\nselect id from a ;  \n",
+            "with a as (select 1 as id)\nselect id from a",
+        ),
+        ("select 1 as id;\n-- a note after the statement\n", "select 1 as id"),
+        ("select 1 as id /* ; */ ; ;", "select 1 as id /* ; */"),
+        ("select ';' as id -- ends in a comment;", "select ';' as id -- ends in a comment;"),
+    ],
+)
+def test_the_model_sql_as_a_write_s_source_is_cut_at_its_last_semicolon(sql, body):
+    import sqlglot
+
+    source = as_subquery(sql)
+    assert source == f"(\n{body}\n)"
+    merged = f"merge into t using {source} as s on s.id = t.id when not matched then insert *"
+    assert sqlglot.parse_one(merged, read="spark") is not None

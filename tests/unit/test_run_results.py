@@ -140,7 +140,11 @@ def test_a_delta_refusal_after_our_step_never_says_nothing_was_written():
     unknown = FenceWriteRefused(state, "DELTA_REPLACE_WHERE_MISMATCH", None)
     assert "earlier steps stand (the last as v13)" in str(unknown)
     clean = FenceWriteRefused(replace(state, expected_version=12), "words", [])
-    assert "failed; nothing was written. Delta said:" in str(clean)
+    assert "failed; nothing was written. Spark said:" in str(clean)
+    delta = FenceWriteRefused(
+        replace(state, expected_version=12), "Error running query: [DELTA_X] no", []
+    )
+    assert "failed; nothing was written. Delta said:" in str(delta)
 
 
 def test_the_last_run_s_versions_are_read_by_node(tmp_path):

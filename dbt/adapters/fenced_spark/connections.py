@@ -344,9 +344,14 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             first_word(sql) not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql)
         ):
             self.may_have_changed_tables()
+        self._changes.sent = self.statements_sent() + 1
         result = super().add_query(sql, *args, **kwargs)
         self.run_state.record(connection, sql)
         return result
+
+    def statements_sent(self) -> int:
+        """How many statements this thread has sent (tried): whether any ran between two points."""
+        return int(getattr(self._changes, "sent", 0))
 
     def table_changes(self) -> int:
         """How many statements (or Python model runs) on this thread could have changed a

@@ -14,7 +14,7 @@ from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.clients.agate_helper import empty_table
-from dbt_common.exceptions import DbtRuntimeError
+from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
 from dbt.adapters.fenced_spark import connect, python_model, session, sql_header, thrift
@@ -67,6 +67,7 @@ from dbt.adapters.fenced_spark.fence.protocol import (
 from dbt.adapters.fenced_spark.fence.rewriter import (
     READ,
     WRITE,
+    as_subquery,
     names_bare,
     pin_self_reads,
     reads_self,
@@ -729,6 +730,10 @@ class FencedSparkAdapter(SparkAdapter):
             txn.start(strategy, version)
             txn.settled = recent is None
         state = txn.fenced_as(strategy)
+        if recent is None and txn.settled:
+            # captured just now with no commit to search: the write may follow at once
+            state = txn.state = fence.head_seen(state)
+            txn.sent_at_capture = self.connections.statements_sent()
         if txn.batch is not None and txn.applied is None:
             recent = list(recent if recent is not None else fence.log.recent(state.table, LOOKBACK))
         if recent is not None or not txn.settled:
@@ -801,13 +806,17 @@ class FencedSparkAdapter(SparkAdapter):
         staging: FencedSparkRelation,
         compiled_code: str,
         language: str = "sql",
+        inline: bool = False,
     ) -> str:
         """The model SQL, its self-reads pinned to the fence's vB, in the run's temp view; the
         statement that made it, for target/run. A Python model runs here, and its DataFrame is
-        the view."""
+        the view. `inline` (SQL only): the pinned SQL is the write's own source instead, as a
+        subquery, returned; the view's CREATE, DESCRIBE and DROP are not sent."""
         txn = self._node()
         txn.phase = Phase.MODEL
         txn.language = language
+        if inline and language == "sql":
+            txn.source = ""
         return self._stage(relation, staging, compiled_code, txn.state)  # type: ignore[arg-type]
 
     def _stage(
@@ -827,6 +836,12 @@ class FencedSparkAdapter(SparkAdapter):
             self._location(compiled_code),
             self._current_schema(compiled_code),
         )
+        txn = self._node()
+        if txn.source is not None:
+            # Evaluated by the write, in this session: the header's settings hold.
+            self._run_header()
+            txn.source = as_subquery(pinned)
+            return txn.source
         view_sql = self.execute_macro(
             "create_temporary_view", kwargs={"relation": staging, "compiled_code": pinned}
         )
@@ -836,8 +851,9 @@ class FencedSparkAdapter(SparkAdapter):
             FenceSql(self.connections).execute(str(view_sql))
             self._node().staged_on = self.connections.get_thread_connection().handle
         except DbtRuntimeError:
-            # A pinned read of a table dropped or replaced since vB fails here: the fence says so.
-            self._fence().precheck(state)
+            # A pinned read of a table dropped or replaced since vB fails here: the fence says so
+            # (from a read of the log, however recently the head was read).
+            self._fence().precheck(replace(state, head=None))
             raise
         return str(view_sql)
 
@@ -875,7 +891,7 @@ class FencedSparkAdapter(SparkAdapter):
             # so. Any other failure is the model's own, and says so itself.
             text = str(exc)
             if _GONE_SINCE_VB.search(text) and txn.identifier.lower() in text.lower():
-                self._fence().precheck(state)
+                self._fence().precheck(replace(state, head=None))
             raise
         txn.reads.extend(pin.reads)
         return (
@@ -954,10 +970,22 @@ class FencedSparkAdapter(SparkAdapter):
     ) -> FencedAdapterResponse:
         txn = self._node()
         state = self._scoped(txn, staging, compiled_code, scope or {})
+        if txn.sent_at_capture != self.connections.statements_sent():
+            state = replace(state, head=None)  # something ran since the capture: pre-check
 
-        def restage(new: FenceState) -> None:
-            # A retry recomputes from the new vB: same staging view, pinned anew.
+        written = sql
+
+        def restage(new: FenceState) -> tuple[FenceState, str] | None:
+            # A retry recomputes from the new vB: same staging view, pinned anew; or the
+            # write's own source, pinned anew, in the write and in what the analysis joins.
+            nonlocal written
+            before = txn.source
             self._stage(relation, staging, compiled_code, new)
+            if before is None or txn.source is None:
+                return None
+            written = written.replace(before, txn.source)
+            source = replace(new.scope, source=f"SELECT * FROM {txn.source}")
+            return replace(new, scope=source), written
 
         no_retry, node = None, node_kind(state.strategy)
         if txn.compile_reads:
@@ -965,6 +993,11 @@ class FencedSparkAdapter(SparkAdapter):
                 f"this {node} read {state.display} at compile time (run_query, statement), and "
                 f"a retry would reuse what it read at v{state.read_version}; a re-run compiles "
                 f"the {node} again"
+            )
+        elif txn.source is not None and txn.source not in sql:
+            no_retry = (
+                "its write does not read the model SQL it was given as its source (an override "
+                "of fence_write_sql), so a retry could not pin it at the new version"
             )
         elif txn.stepped:
             changes = "new columns" if node == "snapshot" else "schema changes"
@@ -974,6 +1007,13 @@ class FencedSparkAdapter(SparkAdapter):
             )
         try:
             result = self._fenced_run(state, sql, int(retries), restage, no_retry)
+        except FenceWriteRefused as refused:
+            txn.phase = Phase.DONE
+            if txn.source is None:
+                with suppress(Exception):
+                    self._drop_staging(staging, failed=True)
+            self._check_unique_key(txn, relation, staging, compiled_code, state, refused)
+            raise
         except BaseException:
             txn.phase = Phase.DONE
             # A lost session fails the cleanup too: it must not replace the fence's error.
@@ -1013,7 +1053,7 @@ class FencedSparkAdapter(SparkAdapter):
         state: FenceState,
         sql: str,
         retries: int,
-        restage: Callable[[FenceState], None],
+        restage: Callable[[FenceState], tuple[FenceState, str] | None],
         no_retry: str | None,
     ) -> FenceResult:
         try:
@@ -1041,9 +1081,46 @@ class FencedSparkAdapter(SparkAdapter):
             return None
         return list(verify.own_steps(fence, state, commits))
 
+    def _check_unique_key(
+        self,
+        txn: NodeTransaction,
+        relation: FencedSparkRelation,
+        staging: FencedSparkRelation,
+        compiled_code: str,
+        state: FenceState,
+        refused: FenceWriteRefused,
+    ) -> None:
+        """Delta refused a write whose source was the model SQL itself: where a unique_key is
+        not among the model's columns, say so as a staged model would have (validate.sql).
+        Only now does the run pay for the view that reads them."""
+        if txn.source is None or not state.scope.keys or refused.response["standing"] != []:
+            return
+        txn.source = None
+        try:
+            self._stage(relation, staging, compiled_code, replace(state, head=None))
+        except Exception:
+            return  # the model SQL itself fails: Spark's words say so
+        try:
+            self.execute_macro(
+                "fence_validate_unique_key",
+                kwargs={
+                    "staging": staging,
+                    "unique_key": list(state.scope.keys),
+                    "relation": relation,
+                },
+            )
+        except CompilationError as missing:
+            # the model's error, as the staged check raises it: dbt names the model, not the macro
+            raise CompilationError(missing.msg) from None
+        finally:
+            with suppress(Exception):  # never in place of the error above
+                self._drop_staging(staging)
+
     def _drop_staging(self, staging: FencedSparkRelation, failed: bool = False) -> None:
         # Temp views live as long as their session. The embedded JVM's sessions live on. A
         # Connect session kept for a later node loses its temp views first (connect.clear).
+        if self._node().source is not None:
+            return  # no view was made
         runner = FenceSql(self.connections)
         drop = f"DROP VIEW IF EXISTS {staging.render()}"
         if not runner.over_sql():
@@ -1097,7 +1174,7 @@ class FencedSparkAdapter(SparkAdapter):
             scope=Scope(
                 reads=tuple(reads),
                 keys=tuple([keys] if isinstance(keys, str) else keys),
-                source=f"SELECT * FROM {staging.render()}",
+                source=f"SELECT * FROM {txn.source or staging.render()}",
                 key_predicates=tuple(narrowing),
                 replaces=tuple(scope.get("replaces") or ()),
                 any_change=bool(scope.get("any_change")),

@@ -55,6 +55,8 @@ def engine_message(error: BaseException) -> str:
 
 # Delta ends its conflict errors with one of these; quoted in a fence message it would contradict
 # the message's own advice (re-run, fence_retries, or the RESTORE it names).
+# Delta's own error class, wherever the method puts it (Thrift prefixes the server's words).
+_DELTA_ERROR = re.compile(r"\[DELTA_[A-Z0-9_]+\]")
 _TRY_AGAIN = re.compile(
     r"\s*Please (?:try the operation again|retry the operation)\.?", re.IGNORECASE
 )
@@ -370,7 +372,7 @@ class FenceWriteRefused(FenceError):
             written = "nothing was written"
         super().__init__(
             f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}. "
-            f"Delta said:\n{words}"
+            f"{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
         )
 
 

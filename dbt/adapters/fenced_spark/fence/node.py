@@ -66,6 +66,11 @@ class NodeTransaction:
     language: str = "sql"
     # The connection handle whose session holds the staging view: a reconnect opens another.
     staged_on: Any = None
+    # The pinned model SQL as the write's own source, where no staging view is made (fence_stage)
+    source: str | None = None
+    # The thread's statement count right after the capture read the head (fence_begin): the
+    # write skips its pre-check only if no statement ran since (verify._just_read).
+    sent_at_capture: int | None = None
     # As configured, for what compile time commits or refuses; fence_begin has the last word.
     strategy: str = "unknown"
     # The model's fence_accept_unverified, as configured, for a check made at compile time.

@@ -60,6 +60,8 @@ BACKOFF_MAX_TURNS = 16
 logger = AdapterLogger("FencedSpark")
 
 T = TypeVar("T")
+# A read of a table's head: its version, or capture's version and newest commits.
+_Read = TypeVar("_Read", int, tuple[int, Iterator[Commit] | None])
 
 
 def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
@@ -98,18 +100,20 @@ class Fence:
         # Set once this session's LAST_COMMIT was cleared before our write: from then on it
         # names our write's commit, if the write made one (verify.session_commit).
         self.watching_commits = False
+        self._heads: dict[str, tuple[int, float, float]] = {}
 
     def run(
         self,
         state: FenceState,
         sql: str,
         retries: int = 0,
-        restage: Callable[[FenceState], None] = lambda state: None,
+        restage: Callable[[FenceState], tuple[FenceState, str] | None] = lambda state: None,
         no_retry: str | None = None,
     ) -> FenceResult:
         """The write with `fence_retries`: recapture vB, recompute, try again, only while
         nothing of ours remains committed and a retry can recompute everything the run
-        decided at vB (`no_retry` says why it cannot)."""
+        decided at vB (`no_retry` says why it cannot). `restage` recomputes at the new vB;
+        where the write's source is the model SQL itself it gives the state and write anew."""
         refused: list[FenceReport] = []
         attempt_seconds = 0.0
         for retry in range(retries + 1):
@@ -124,13 +128,15 @@ class Fence:
                 self.wait_turns(state, turns, slot)
                 latest = self._latest_or_fail(state)
                 state = replace(
-                    state,
+                    self.head_seen(state),
                     read_version=latest,
                     expected_version=latest,
                     attempt=retry + 1,
                     judged=(),
                 )
-                restage(state)
+                restaged = restage(state)
+                if restaged is not None:
+                    state, sql = restaged
             started = self.clock()
             try:
                 return self.write(state, sql)
@@ -325,7 +331,19 @@ class Fence:
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
     def capture(self, table: str) -> tuple[int, Iterator[Commit] | None]:
-        return capture.capture(self, table)
+        return self._timed_head(table, lambda: capture.capture(self, table))
+
+    def _timed_head(self, table: str, read: Callable[[], _Read]) -> _Read:
+        started = self.clock()
+        answer = read()
+        ended = self.clock()
+        version = answer if isinstance(answer, int) else answer[0]
+        self._heads[table] = (version, ended, ended - started)
+        return answer
+
+    def head_seen(self, state: FenceState) -> FenceState:
+        """`state` with this fence's last read of its table's head."""
+        return replace(state, head=self._heads.get(state.table))
 
     def settled(self, table: str) -> int | None:
         """vB without reading commits, when the node's last run left it (SqlLog.settled)."""
@@ -352,7 +370,7 @@ class Fence:
         return capture.latest_version(self, table, known)
 
     def _latest_or_fail(self, state: FenceState) -> int:
-        return capture.latest_or_fail(self, state)
+        return self._timed_head(state.table, lambda: capture.latest_or_fail(self, state))
 
     def precheck(self, state: FenceState) -> FenceState:
         return verify.precheck(self, state)

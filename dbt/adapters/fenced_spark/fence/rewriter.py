@@ -113,6 +113,19 @@ class Ref(NamedTuple):
     table_query: tuple[int, int] | None = None
 
 
+def as_subquery(sql: str) -> str:
+    """The model SQL as a write's source. A statement may end in `;` (and comments after it),
+    a subquery may not: the text is cut at its last token that is not a `;`. A trailing line
+    comment ends before the parenthesis."""
+    try:
+        tokens = _tokens(sql)
+    except SqlglotError:
+        tokens = []
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+        sql = sql[: tokens.pop().start]
+    return f"(\n{sql.rstrip()}\n)"
+
+
 def reads_self(
     sql: str,
     schema: str,

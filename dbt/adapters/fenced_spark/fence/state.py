@@ -93,6 +93,9 @@ class FenceState:
     judged: tuple[Judgement, ...] = ()
     # The model's fence_batch_id (fence/batch.py).
     batch: str | None = None
+    # The head as the fence last read it: (version, when the read ended, how long it took),
+    # in the fence's clock (Fence.head_seen).
+    head: tuple[int, float, float] | None = None
 
     @property
     def strict(self) -> bool:

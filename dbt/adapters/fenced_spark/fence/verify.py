@@ -4,6 +4,7 @@
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch
@@ -22,14 +23,33 @@ if TYPE_CHECKING:
     from dbt.adapters.fenced_spark.fence.protocol import Fence
 
 
+logger = AdapterLogger("FencedSpark")
+
+
 def precheck(fence: "Fence", state: FenceState) -> FenceState:
     """The commits since the expected version, judged before we write: a conflict refuses
     the node, the others are tolerated (and recorded in the state, and so in the tag)."""
+    if _just_read(fence, state):
+        logger.debug(
+            f"fenced_spark: {state.display}: no pre-check: the capture read v"
+            f"{state.expected_version} as the head just before, and nothing ran since"
+        )
+        return state
     latest = fence._latest_or_fail(state)
     if latest == state.expected_version:
         return state
     commits = fence.commits_since(state.table, state.expected_version)
     return judge(fence, state, commits, "pre-check", found=latest)
+
+
+def _just_read(fence: "Fence", state: FenceState) -> bool:
+    """The capture read the head at the expected version, nothing ran since (fence_write
+    drops `head` otherwise), and less time passed than that read took: a pre-check would move
+    the start of the window verification covers by about as much as it delays the write."""
+    if state.head is None:
+        return False
+    version, ended, took = state.head
+    return version == state.expected_version and fence.clock() - ended <= took
 
 
 def judge(
@@ -143,8 +163,9 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
 
 def session_commit(fence: "Fence", state: FenceState) -> FenceResult | None:
     """Our write verified without reading the log, when Delta says this session's write
-    committed the version right above the expected one: the pre-check found the table at the
-    expected version, so the write read it and nothing landed in between. Anything else (no
+    committed the version right above the expected one: the pre-check (or the capture just
+    before) found the table at the expected version, so the write read it and nothing landed
+    in between. Anything else (no
     commit, a commit higher up, Delta's auto compaction after ours, our own steps to list, a
     new session that never saw the write) is read from the log."""
     if not fence.watching_commits or state.expected_version != state.read_version:

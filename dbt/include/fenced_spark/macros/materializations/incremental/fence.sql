@@ -64,20 +64,27 @@
   {%- endif -%}
   {{ run_hooks(pre_hooks) }}
 
-  {#-- 2. pin every self-read to vB and stage the model SQL in a run-unique temp view --#}
+  {#-- 2. pin every self-read to vB. Nothing needs the model's columns before the write
+       (on_schema_change 'ignore'): the pinned SQL is the write's own source, a subquery, and
+       no view is made, described or dropped (a unique_key it lacks is named when Delta
+       refuses the write). Otherwise it is staged in a run-unique temp view. --#}
   {%- set staging = this.staging_view(invocation_id) -%}
-  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code, model.language) -%}
-  {%- if settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
+  {%- set inline = model.language == 'sql' and settings.on_schema_change == 'ignore' -%}
+  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code, model.language, inline) -%}
+  {%- set source = staged_sql if inline else staging -%}
+  {%- if not inline and settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
   {%- endif -%}
 
   {#-- 3. schema changes commit first, fenced --#}
-  {%- do fence_schema_changes(settings.on_schema_change, staging, existing_relation) -%}
+  {%- if not inline -%}
+    {%- do fence_schema_changes(settings.on_schema_change, staging, existing_relation) -%}
+  {%- endif -%}
 
   {#-- 4-7. pre-check, tagged write, verify, revert on violation --#}
-  {%- set write_sql = fence_write_sql(settings.strategy, staging, this, settings) -%}
+  {%- set write_sql = fence_write_sql(settings.strategy, source, this, settings) -%}
   {#-- target/run: what ran, as dbt's statement('main') writes it for stock's models --#}
-  {%- do write(fence_run_file(staged_sql, write_sql, settings)) -%}
+  {%- do write(fence_run_file(none if inline else staged_sql, write_sql, settings)) -%}
   {%- set response = adapter.fence_write(
       write_sql, this, staging, compiled_code, settings.fence_retries,
       fence_conflict_scope(settings)) -%}
@@ -96,7 +103,8 @@
 {% macro fence_run_file(staged_sql, write_sql, settings) %}
   {%- set header -%}
 -- dbt-fenced-spark: fenced {{ settings.strategy }} into {{ this }} ({{ model.unique_id }}).
--- The fence read the table's Delta log before this (vB, the pre-check), looked for an earlier
+-- The fence read the table's Delta log before this (vB, and a pre-check unless vB was read
+-- just before the write), looked for an earlier
 -- run's unverified commit, and reads
 -- it again after the write (verification); its statements are in logs/dbt.log. The model SQL
 -- below reads {{ this }} pinned to the version it captured. See docs/fence.md.
@@ -105,6 +113,9 @@
     {#-- target/run/<model>.py: the model's code, then what ran, as comments --#}
     {%- set ran = (header ~ "\n" ~ write_sql | trim).split("\n") -%}
     {{ return(compiled_code | trim ~ "\n\n" ~ staged_sql ~ "\n# " ~ ran | join("\n# ") ~ "\n") }}
+  {%- endif -%}
+  {%- if staged_sql is none -%}
+    {{ return(header ~ "\n" ~ write_sql | trim ~ "\n") }}
   {%- endif -%}
   {{ return(header ~ "\n" ~ staged_sql | trim ~ ";\n\n" ~ write_sql | trim ~ "\n") }}
 {% endmacro %}

@@ -153,9 +153,11 @@
 {% endmacro %}
 
 
-{% macro fence_validate_unique_key(staging, unique_key) %}
-  {#-- Runs on the staged model before the write: a key that is not a column of the model's
-       result would otherwise surface as Delta's unresolved-expression error mid-MERGE. --#}
+{% macro fence_validate_unique_key(staging, unique_key, relation=none) %}
+  {#-- Runs on the staged model before the write, or (a write whose source is the model SQL
+       itself) after Delta refused it: a key that is not a column of the model's result
+       would otherwise surface as Delta's unresolved-expression error mid-MERGE. `relation`:
+       the model's table, where the adapter calls this outside the materialization. --#}
   {%- set keys = [unique_key] if unique_key is string else unique_key -%}
   {%- set relation_columns = adapter.get_columns_in_relation(staging) -%}
   {%- set columns = relation_columns | map(attribute='name') | list -%}
@@ -188,7 +190,7 @@
   {%- endfor -%}
   {%- set missing = missing | unique | list -%}
   {% set missing_column_msg -%}
-    Model {{ this.render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
+    Model {{ (relation or this).render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
     Its columns are: {{ columns | join(', ') }}. Nothing was written.
   {%- endset %}
   {%- if missing -%}
