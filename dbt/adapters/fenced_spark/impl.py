@@ -658,6 +658,7 @@ class FencedSparkAdapter(SparkAdapter):
         and the next step expects the version it produced."""
         assert txn.state is not None
         txn.stepped = True
+        txn.state = replace(txn.state, head=None)  # a step is pre-checked from a read of its own
         fence = self._fence()
         if txn.phase == Phase.COMPILE:
             # Touched at compile time: a read-modify-write, fenced as a compile-time read is.

@@ -22,6 +22,7 @@ own words.
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -307,7 +308,11 @@ class SqlLog:
         files of `known`, `known + 1` and the staged commits, only `known`'s exists. The
         later ones are named twice, so the count is 1 only when the one file is `known`'s (a
         cleanup may remove `known` once `known + 1` is checkpointed)."""
-        return self._count(log, [known, known + 1, known + 1], staged=2) == 1
+        started = time.monotonic()
+        unmoved = self._count(log, [known, known + 1, known + 1], staged=2) == 1
+        # how long one read of the head takes, not the capture's DESCRIBE before it
+        self.probe_seconds = time.monotonic() - started
+        return unmoved
 
     def settled(self, table: str) -> int | None:
         """The newest version, when it is where the node's last run left the table with its
