@@ -53,10 +53,10 @@ def engine_message(error: BaseException) -> str:
     return text.strip()
 
 
-# Delta ends its conflict errors with one of these; quoted in a fence message it would contradict
-# the message's own advice (re-run, fence_retries, or the RESTORE it names).
 # Delta's own error class, wherever the method puts it (Thrift prefixes the server's words).
 _DELTA_ERROR = re.compile(r"\[DELTA_[A-Z0-9_]+\]")
+# Delta ends its conflict errors with one of these; quoted in a fence message it would contradict
+# the message's own advice (re-run, fence_retries, or the RESTORE it names).
 _TRY_AGAIN = re.compile(
     r"\s*Please (?:try the operation again|retry the operation)\.?", re.IGNORECASE
 )

@@ -374,7 +374,7 @@ class Fence:
         return capture.latest_version(self, table, known)
 
     def _latest_or_fail(self, state: FenceState) -> int:
-        return self._timed_head(state.table, lambda: capture.latest_or_fail(self, state))
+        return capture.latest_or_fail(self, state)
 
     def precheck(self, state: FenceState) -> FenceState:
         return verify.precheck(self, state)

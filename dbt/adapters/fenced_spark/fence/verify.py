@@ -165,9 +165,8 @@ def session_commit(fence: "Fence", state: FenceState) -> FenceResult | None:
     """Our write verified without reading the log, when Delta says this session's write
     committed the version right above the expected one: the pre-check (or the capture just
     before) found the table at the expected version, so the write read it and nothing landed
-    in between. Anything else (no
-    commit, a commit higher up, Delta's auto compaction after ours, our own steps to list, a
-    new session that never saw the write) is read from the log."""
+    in between. Anything else (no commit, a commit higher up, Delta's auto compaction after
+    ours, our own steps to list, a new session that never saw the write) is read from the log."""
     if not fence.watching_commits or state.expected_version != state.read_version:
         return None
     value = fence.runner.session_conf(LAST_COMMIT)
