@@ -21,7 +21,8 @@ export SSL_CERT_FILE ?= $(PIP_CERT)
 endif
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
-	reliability twodrivers scorecard-twodrivers lint format clean leg-session leg-thrift leg-next leg-connect
+	reliability twodrivers scorecard-twodrivers lint format clean leg-session leg-session-slow \
+	leg-thrift leg-next leg-connect
 
 setup: $(STAMP)
 
@@ -86,19 +87,28 @@ NEXT_TESTS := tests/unit tests/conformance tests/functional/test_strict_races.py
 # fence over Spark Connect with its executors on a standalone cluster (test_cluster.py needs
 # one; the rest do not mind). Two legs run at a time, each in its own pytest process, JVMs,
 # folders and ports (one leaves about a third of the 2 cores idle), in two lanes of about equal
-# length: session then Thrift, and 1.12 then Connect. -O prints a leg's output when it ends.
+# length: session then Thrift, and the session's slowest files, 1.12, then Connect. -O prints a
+# leg's output when it ends.
 test: setup lint
 	$(MAKE) --no-print-directory -j2 -O leg-thrift leg-connect
 
+# The session's slowest files (a SIGKILL at every step, the docs' examples built anew): their
+# own leg, in the other lane, keeps the lanes about equal.
+SLOW_SESSION_TESTS := tests/functional/test_crash.py tests/functional/test_docs_examples.py
+
 leg-session: setup
-	$(call pytest,tests/functional tests/unit -q -ra --durations=15)
+	$(call pytest,tests/functional tests/unit -q -ra --durations=15 \
+	  $(addprefix --ignore=,$(SLOW_SESSION_TESTS)))
+
+leg-session-slow: setup
+	$(call pytest,$(SLOW_SESSION_TESTS) -q -ra --durations=5)
 
 leg-thrift: leg-session
 	$(call pytest,$(THRIFT_TESTS) --profile thrift -q -ra)
 
 # The conformance run leaves its JUnit XML where `make conformance DBT=1.12` does, so that
 # `python -m tests.conformance.report --update` can put it into docs/conformance.md.
-leg-next: setup
+leg-next: leg-session-slow
 ifeq ($(DBT),1.11)
 	$(MAKE) --no-print-directory setup DBT=$(NEXT_DBT)
 	$(call pytest,$(NEXT_TESTS) -q -ra --junitxml=.cache/conformance/session-$(NEXT_DBT).xml,.venv-$(NEXT_DBT)/bin/python)

@@ -246,6 +246,15 @@ class TestErrorsCatalogue:
             ),
             "was_parquet.sql": model("incremental_strategy='merge', unique_key='id'"),
             "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
+            "key_not_selected_raced.sql": model(
+                "incremental_strategy='merge', unique_key=['id', 'ID2'], fence_retries=2"
+            ),
+            # Duplicate keys only once the table has grown: attempt 1 has none, its retry does.
+            "dupes_on_retry.sql": model(
+                "incremental_strategy='merge', unique_key='id', fence_retries=1",
+                "select 1 as id, 'a' as v union all select 1 as id, 'b' as v from {{ this }} "
+                "where (select count(*) from {{ this }}) > 1",
+            ),
             **{f"{name}.sql": RACED for name in RACED_MODELS},
             "reloaded.sql": RELOADED,
             "conflicted.sql": ORDERS,
@@ -326,6 +335,31 @@ class TestErrorsCatalogue:
         results = run_dbt(["run", "--select", "key_not_selected"], expect_pass=False)
         catalogue("E114", message_of(results))
         assert history(spark, table) == before
+        response = response_of(project, "key_not_selected")
+        assert (response["fence_outcome"], response["standing"]) == ("never_written", [])
+
+    def test_unique_key_not_selected_after_a_foreign_commit(self, project, spark, monkeypatch):
+        # Another writer's UPDATE after vB: the pre-check's join of the model's rows on the key
+        # fails before the write can. The model's error, not a conflict, and no retry.
+        waits: list[float] = []
+        monkeypatch.setattr(
+            protocol.Fence, "wait_turns", lambda self, state, turns, slot: waits.append(turns)
+        )
+        table, vb, message = self.raced_on_one_row(
+            project,
+            spark,
+            monkeypatch,
+            "key_not_selected_raced",
+            "update {t} set v = 'y'",
+            "UPDATE",
+        )
+        assert "`unique_key` names ID2, which the model does not select" in message
+        assert "Nothing was written." in message
+        assert waits == []
+        assert rows(spark, f"select id, v from {table}") == [(1, "y")]
+        response = response_of(project, "key_not_selected_raced")
+        assert response["fence_outcome"] == "never_written"
+        assert (response["read_version"], response["standing"]) == (vb, [])
 
     # -- E2xx: the fence refuses (FenceViolation) ---------------------------------------------
 
@@ -337,6 +371,21 @@ class TestErrorsCatalogue:
         results = run_dbt(["run", "--select", name, *run_vars(**race)], expect_pass=False)
         assert writer.fired == 1
         return table, vb, results
+
+    def raced_on_one_row(
+        self, project, spark, monkeypatch, name: str, foreign: str, operation: str
+    ) -> tuple[str, int, str]:
+        """`name` run on a table of one row (1, 'x'), made by hand; another session commits
+        `foreign` right after the run captured vB, and lands (read back): the run's message."""
+        table = f"{project.test_schema}.{name}"
+        spark.sql(f"create or replace table {table} using delta as select 1 as id, 'x' as v")
+        vb = history(spark, table)[-1].version
+        writer = ForeignAt(monkeypatch, spark, "vb", foreign.format(t=table))
+        results = run_dbt(["run", "--select", name], expect_pass=False)
+        assert writer.fired == 1
+        after = self.landed_after(spark, table, vb)
+        assert [(e.operation, e.tag) for e in after] == [(operation, None)]
+        return table, vb, message_of(results)
 
     def landed_after(self, spark, table: str, vb: int):
         return [e for e in history(spark, table) if e.version > vb]
@@ -793,6 +842,33 @@ class TestErrorsCatalogue:
             "_message": "MERGE failed",
             "fence_outcome": "never_written",
             "read_version": before[-1].version,
+            "steps": [],
+            "standing": [],
+        }
+
+    def test_a_refused_retry_says_so_of_its_own_attempt(self, project, spark, monkeypatch):
+        # Attempt 1 is refused by the pre-check (nothing written); Delta refuses its retry.
+        table, vb, message = self.raced_on_one_row(
+            project,
+            spark,
+            monkeypatch,
+            "dupes_on_retry",
+            "insert into {t} values (2, 'y')",
+            "WRITE",
+        )
+        assert (
+            "the write of its last attempt was never written, and nothing of the earlier "
+            "attempts stands." in message
+        ), message
+        assert "attempts: 2 (fence_retries: 1):" in message
+        assert f"1. read v{vb}; v{vb + 1} WRITE landed; never written" in message
+        assert f"2. read v{vb + 1}; the write was refused" in message
+        assert "Delta said:" in message and "DELTA_MULTIPLE_SOURCE_ROW" in message
+        assert rows(spark, f"select id, v from {table} order by id") == [(1, "x"), (2, "y")]
+        assert response_of(project, "dupes_on_retry") == {
+            "_message": "MERGE failed",
+            "fence_outcome": "never_written",
+            "read_version": vb + 1,
             "steps": [],
             "standing": [],
         }

@@ -344,14 +344,18 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             first_word(sql) not in _NO_TABLE_CHANGE and not self.run_state.session_statement(sql)
         ):
             self.may_have_changed_tables()
-        self._changes.sent = self.statements_sent() + 1
+        self.sent_one()
         result = super().add_query(sql, *args, **kwargs)
         self.run_state.record(connection, sql)
         return result
 
     def statements_sent(self) -> int:
-        """How many statements this thread has sent (tried): whether any ran between two points."""
+        """How many statements, conf calls, frame reads and Python model runs this thread has
+        sent (tried): whether anything ran between two points."""
         return int(getattr(self._changes, "sent", 0))
+
+    def sent_one(self) -> None:
+        self._changes.sent = self.statements_sent() + 1
 
     def table_changes(self) -> int:
         """How many statements (or Python model runs) on this thread could have changed a
@@ -359,6 +363,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         return int(getattr(self._changes, "count", 0))
 
     def may_have_changed_tables(self) -> None:
+        self.sent_one()
         self._changes.count = self.table_changes() + 1
         setattr(self.get_thread_connection().handle, _MAY_HAVE_COMMITTED, True)
 
@@ -519,6 +524,7 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         statements and errors as for `sql`, the statement it stands for."""
         connection = self.get_thread_connection()
         self.run_state.prime(connection, self._replay)
+        self.sent_one()
         node = get_node_info()
         fire_event(SQLQuery(conn_name=cast_to_str(connection.name), sql=sql, node_info=node))
         started = time.perf_counter()

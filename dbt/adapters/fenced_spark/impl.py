@@ -25,7 +25,6 @@ from dbt.adapters.fenced_spark.connections import (
     SessionHandle,
     spark_errors,
 )
-from dbt.adapters.fenced_spark.fence import verify
 from dbt.adapters.fenced_spark.fence.batch import batch_id
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
@@ -34,8 +33,6 @@ from dbt.adapters.fenced_spark.fence.errors import (
     FenceViolation,
     FenceWriteRefused,
     Outcome,
-    engine_message,
-    first_lines,
     node_kind,
 )
 from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, read_filters
@@ -59,7 +56,6 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     SNAPSHOT,
     USER_METADATA,
     Fence,
-    FenceResult,
     FenceState,
     conflict_name,
     set_conf_sql,
@@ -205,6 +201,7 @@ class FenceSql:
             return
         shown = set_conf_sql(key, value)
         logger.debug(f"fenced_spark: {shown} (through the session's conf)")
+        self.connections.sent_one()
         # A reset puts back what the key held before the fence set it (a cluster default, a
         # hook's SET), as SQL's RESET would put back the cluster default.
         held = (id(spark), key)
@@ -314,6 +311,17 @@ def records_failure(method: Callable[..., Any]) -> Callable[..., Any]:
             raise
 
     return recorded
+
+
+def _nothing_stands(refused: FenceError) -> bool:
+    """Spark refused the write and no step of ours stands, or the analysis could not judge a
+    commit's rows and nothing of ours remains."""
+    if isinstance(refused, FenceWriteRefused):
+        return refused.response["standing"] == []
+    if isinstance(refused, FenceViolation):
+        report = refused.report
+        return report.nothing_of_ours_remains and any(j.undecided for j in report.judged.values())
+    return False
 
 
 def builds(sql: str, txn: NodeTransaction) -> bool:
@@ -1007,14 +1015,16 @@ class FencedSparkAdapter(SparkAdapter):
                 f"{state.display}, and a retry would redo only the write"
             )
         try:
-            result = self._fenced_run(state, sql, int(retries), restage, no_retry)
-        except FenceWriteRefused as refused:
-            txn.phase = Phase.DONE
-            if txn.source is None:
-                with suppress(Exception):
-                    self._drop_staging(staging, failed=True)
-            self._check_unique_key(txn, relation, staging, compiled_code, state, refused)
-            raise
+            result = self._fence().run(
+                state,
+                sql,
+                retries=int(retries),
+                restage=restage,
+                no_retry=no_retry,
+                vet=lambda attempt, refused: self._check_unique_key(
+                    relation, staging, compiled_code, attempt, refused
+                ),
+            )
         except BaseException:
             txn.phase = Phase.DONE
             # A lost session fails the cleanup too: it must not replace the fence's error.
@@ -1049,73 +1059,46 @@ class FencedSparkAdapter(SparkAdapter):
         self._drop_staging(staging)
         return response
 
-    def _fenced_run(
-        self,
-        state: FenceState,
-        sql: str,
-        retries: int,
-        restage: Callable[[FenceState], tuple[FenceState, str] | None],
-        no_retry: str | None,
-    ) -> FenceResult:
-        try:
-            return self._fence().run(
-                state, sql, retries=retries, restage=restage, no_retry=no_retry
-            )
-        except FenceError:
-            raise
-        except DbtRuntimeError as exc:
-            # Delta's own refusal (duplicate source keys, rows outside replace_where), and no
-            # commit of ours in the log: say which model, keep Delta's words without the stack.
-            raise FenceWriteRefused(
-                state, first_lines(engine_message(exc)), self._own_steps(state)
-            ) from exc
-
-    def _own_steps(self, state: FenceState) -> list[Commit] | None:
-        """The node's step commits since vB (a pre-hook's DELETE); None when the log cannot
-        say which they are."""
-        if state.expected_version == state.read_version:
-            return []  # no step of ours committed: the next commit had to follow vB
-        fence = self._fence()
-        try:
-            commits = fence.commits_since(state.table, state.read_version)
-        except DbtRuntimeError:
-            return None
-        return list(verify.own_steps(fence, state, commits))
-
     def _check_unique_key(
         self,
-        txn: NodeTransaction,
         relation: FencedSparkRelation,
         staging: FencedSparkRelation,
         compiled_code: str,
         state: FenceState,
-        refused: FenceWriteRefused,
+        refused: FenceError,
     ) -> None:
-        """Delta refused a write whose source was the model SQL itself: where a unique_key is
-        not among the model's columns, say so as a staged model would have (validate.sql).
-        Only now does the run pay for the view that reads them."""
-        if txn.source is None or not state.scope.keys or refused.response["standing"] != []:
+        """A refusal of a write whose source is the model SQL itself, of which nothing stands:
+        Spark refused the write, or the conflict analysis could not join the model's rows. A
+        unique_key the model lacks fails both alike: say so as a staged model would have
+        (validate.sql), in place of the refusal. Only now does the run pay for the view that
+        reads the model's columns."""
+        txn = self._node()
+        if txn.source is None or not state.scope.keys or not _nothing_stands(refused):
             return
-        txn.source = None
+        source, txn.source = txn.source, None
         try:
-            self._stage(relation, staging, compiled_code, replace(state, head=None))
-        except Exception:
-            return  # the model SQL itself fails: Spark's words say so
-        try:
-            self.execute_macro(
-                "fence_validate_unique_key",
-                kwargs={
-                    "staging": staging,
-                    "unique_key": list(state.scope.keys),
-                    "relation": relation,
-                },
-            )
-        except CompilationError as missing:
-            # the model's error, as the staged check raises it: dbt names the model, not the macro
-            raise CompilationError(missing.msg) from None
+            try:
+                self._stage(relation, staging, compiled_code, replace(state, head=None))
+                self.execute_macro(
+                    "fence_validate_unique_key",
+                    kwargs={
+                        "staging": staging,
+                        "unique_key": list(state.scope.keys),
+                        "relation": relation,
+                    },
+                )
+            except CompilationError as missing:
+                # The model's own error: recorded as the refusal's outcome (nothing written),
+                # raised as the staged check raises it (dbt names the model, not the macro).
+                self._responses.record(txn.node, refused.response)
+                raise CompilationError(missing.msg) from None
+            except Exception:
+                return  # the model SQL or its columns cannot be read: the refusal says why
+            finally:
+                with suppress(Exception):  # never in place of the error above
+                    self._drop_staging(staging)
         finally:
-            with suppress(Exception):  # never in place of the error above
-                self._drop_staging(staging)
+            txn.source = source  # a retry pins the write's own source anew
 
     def _drop_staging(self, staging: FencedSparkRelation, failed: bool = False) -> None:
         # Temp views live as long as their session. The embedded JVM's sessions live on. A

@@ -91,6 +91,9 @@ class Judgement:
     commit: Commit
     conflict: bool
     why: str
+    # Its rows could not be compared with what the node read or writes: the query failed,
+    # which may be the model SQL's own fault (a unique_key it lacks).
+    undecided: bool = False
 
     def describe(self) -> str:
         return f"v{self.commit.version} {self.commit.operation}: {self.why}"
@@ -231,7 +234,7 @@ class ConflictCheck:
         try:
             return self._judge_rows(commit, actions, scope, where)
         except Exception as exc:
-            return Judgement(commit, True, _undecided(exc))
+            return Judgement(commit, True, _undecided(exc), undecided=True)
 
     def _judge_rows(self, commit: Commit, actions: Actions, scope: Scope, where: str) -> Judgement:
         if self._outside_partitions(actions, scope):

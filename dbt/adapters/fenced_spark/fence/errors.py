@@ -2,6 +2,7 @@
 
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -348,9 +349,16 @@ class FenceViolation(FenceError):
 
 class FenceWriteRefused(FenceError):
     """Delta refused the write statement itself (duplicate source keys, rows outside a
-    replace_where) and the log holds no commit of it: the engine's words, and the model."""
+    replace_where) and the log holds no commit of it: the engine's words, and the model.
+    `earlier`: the attempts refused before it (fence_retries), none of which stands."""
 
-    def __init__(self, state: Attempt, words: str, steps: list[Commit] | None) -> None:
+    def __init__(
+        self,
+        state: Attempt,
+        words: str,
+        steps: list[Commit] | None,
+        earlier: Sequence[FenceReport] = (),
+    ) -> None:
         self.response = {
             "_message": f"{state.strategy.upper()} failed",
             "fence_outcome": Outcome.NEVER_WRITTEN.value,
@@ -359,20 +367,28 @@ class FenceWriteRefused(FenceError):
             "standing": None if steps is None else [c.version for c in steps],
         }
         # The node's own steps (a pre-hook's DELETE) stand: never claim nothing was written.
+        its = "the write of its last attempt" if earlier else "its write"
         if steps is None:
             written = (
-                "its write was never written; this run's earlier steps stand (the last as "
+                f"{its} was never written; this run's earlier steps stand (the last as "
                 f"v{state.expected_version})"
             )
         elif steps:
-            written = (
-                f"its write was never written; this run's earlier steps stand: {_listed(steps)}"
-            )
+            written = f"{its} was never written; this run's earlier steps stand: {_listed(steps)}"
+        elif earlier:
+            written = f"{its} was never written, and nothing of the earlier attempts stands"
         else:
             written = "nothing was written"
+        attempts = " "
+        if earlier:
+            total = len(earlier) + 1
+            lines = ["", f"attempts: {total} (fence_retries: {total - 1}):"]
+            lines += [f"  {n}. {report.summary()}" for n, report in enumerate(earlier, start=1)]
+            lines += [f"  {total}. read v{state.read_version}; the write was refused", ""]
+            attempts = "\n".join(lines)
         super().__init__(
-            f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}. "
-            f"{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
+            f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}."
+            f"{attempts}{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
         )
 
 

@@ -11,15 +11,20 @@ from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch, capture, revert, verify
 from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
+    FenceError,
     FenceReport,
     FenceUnverified,
     FenceViolation,
+    FenceWriteRefused,
+    engine_message,
+    first_lines,
     reason,
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, SqlHistory
@@ -109,11 +114,14 @@ class Fence:
         retries: int = 0,
         restage: Callable[[FenceState], tuple[FenceState, str] | None] = lambda state: None,
         no_retry: str | None = None,
+        vet: Callable[[FenceState, FenceError], None] = lambda state, refused: None,
     ) -> FenceResult:
         """The write with `fence_retries`: recapture vB, recompute, try again, only while
         nothing of ours remains committed and a retry can recompute everything the run
         decided at vB (`no_retry` says why it cannot). `restage` recomputes at the new vB;
-        where the write's source is the model SQL itself it gives the state and write anew."""
+        where the write's source is the model SQL itself it gives the state and write anew.
+        `vet` sees each refusal before it is retried or raised, and may raise the model's own
+        error in its place (a unique_key the model lacks fails every attempt alike)."""
         refused: list[FenceReport] = []
         attempt_seconds = 0.0
         for retry in range(retries + 1):
@@ -142,6 +150,7 @@ class Fence:
                 return self.write(state, sql)
             except FenceViolation as violation:
                 attempt_seconds = self.clock() - started
+                vet(state, violation)
                 report = violation.report
                 report.no_retry = (
                     no_retry or self._steps_ran(state) or batch.no_retry(state, report)
@@ -153,6 +162,15 @@ class Fence:
                     report.earlier_attempts = refused
                     raise FenceViolation(report) from violation
                 refused = [*refused, report]
+            except FenceError:
+                raise
+            except DbtRuntimeError as exc:
+                # Delta's own refusal (duplicate source keys, rows outside replace_where), and
+                # no commit of it in the log: said of this attempt, after the earlier ones.
+                words = first_lines(engine_message(exc))
+                write_refused = FenceWriteRefused(state, words, self.steps_standing(state), refused)
+                vet(state, write_refused)
+                raise write_refused from exc
         raise AssertionError("the loop always returns or raises")
 
     def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
@@ -187,6 +205,17 @@ class Fence:
             "this run's own steps (a pre-hook or a schema change) committed before the write, "
             "and a retry would redo only the write"
         )
+
+    def steps_standing(self, state: FenceState) -> list[Commit] | None:
+        """The node's step commits since vB (a pre-hook's DELETE); None when the log cannot
+        say which they are."""
+        if state.expected_version == state.read_version:
+            return []  # no step of ours committed: the next commit had to follow vB
+        try:
+            commits = self.commits_since(state.table, state.read_version)
+        except DbtRuntimeError:
+            return None
+        return list(verify.own_steps(self, state, commits))
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""

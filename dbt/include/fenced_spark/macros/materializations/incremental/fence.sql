@@ -66,8 +66,8 @@
 
   {#-- 2. pin every self-read to vB. Nothing needs the model's columns before the write
        (on_schema_change 'ignore'): the pinned SQL is the write's own source, a subquery, and
-       no view is made, described or dropped (a unique_key it lacks is named when Delta
-       refuses the write). Otherwise it is staged in a run-unique temp view. --#}
+       no view is made, described or dropped (a unique_key it lacks is named when the write
+       or the conflict analysis's join fails). Otherwise it is staged in a run-unique temp view. --#}
   {%- set staging = this.staging_view(invocation_id) -%}
   {%- set inline = model.language == 'sql' and settings.on_schema_change == 'ignore' -%}
   {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code, model.language, inline) -%}
@@ -104,10 +104,9 @@
   {%- set header -%}
 -- dbt-fenced-spark: fenced {{ settings.strategy }} into {{ this }} ({{ model.unique_id }}).
 -- The fence read the table's Delta log before this (vB, and a pre-check unless vB was read
--- just before the write), looked for an earlier
--- run's unverified commit, and reads
--- it again after the write (verification); its statements are in logs/dbt.log. The model SQL
--- below reads {{ this }} pinned to the version it captured. See docs/fence.md.
+-- just before the write), looked for an earlier run's unverified commit, and reads it again
+-- after the write (verification); its statements are in logs/dbt.log. The model SQL below
+-- reads {{ this }} pinned to the version it captured. See docs/fence.md.
   {%- endset -%}
   {%- if model.language == 'python' -%}
     {#-- target/run/<model>.py: the model's code, then what ran, as comments --#}

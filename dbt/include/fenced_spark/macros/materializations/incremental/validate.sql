@@ -193,7 +193,8 @@
     Model {{ (relation or this).render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
     Its columns are: {{ columns | join(', ') }}. Nothing was written.
   {%- endset %}
-  {%- if missing -%}
+  {#-- No columns at all is a DESCRIBE that said nothing, not a model without the key. --#}
+  {%- if missing and columns -%}
     {% do exceptions.raise_compiler_error(missing_column_msg) %}
   {%- endif -%}
 {% endmacro %}
