@@ -860,9 +860,9 @@ class TestErrorsCatalogue:
             "the write of its last attempt was never written, and nothing of the earlier "
             "attempts stands." in message
         ), message
-        assert "attempts: 2 (fence_retries: 1):" in message
+        assert "attempts: 2 (fence_retries: 1); a failure is not retried:" in message
         assert f"1. read v{vb}; v{vb + 1} WRITE landed; never written" in message
-        assert f"2. read v{vb + 1}; the write was refused" in message
+        assert f"2. read v{vb + 1}; failed, nothing written" in message
         assert "Delta said:" in message and "DELTA_MULTIPLE_SOURCE_ROW" in message
         assert rows(spark, f"select id, v from {table} order by id") == [(1, "x"), (2, "y")]
         assert response_of(project, "dupes_on_retry") == {

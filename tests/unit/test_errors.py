@@ -83,10 +83,11 @@ def test_every_attempt_is_listed():
         [Commit(15, "WRITE", 14, None)],
         our_version=14,
         revert_version=16,
+        retries=3,  # the model's: attempt 2 stopped them (a written step, say)
     )
     second.earlier_attempts = [first]
     text = second.message()
-    assert "attempts: 2 (fence_retries: 1), all refused:" in text
+    assert "attempts: 2 (fence_retries: 3), all refused:" in text
     assert "1. read v12; v13 UPDATE landed; never written" in text
     assert "2. read v13; v15 WRITE landed; written and reverted" in text
 
@@ -252,3 +253,53 @@ def test_a_quoted_delta_error_loses_its_try_again():
     assert reason(RuntimeError("Please try the operation again.")) == "RuntimeError"
     append = "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] ConcurrentAppendException: Files were added."
     assert reason(RuntimeError(append + " Please retry the operation.")) == append
+
+
+def test_a_retry_that_cannot_start_leaves_the_last_refusal_saying_why():
+    from dataclasses import replace
+
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from dbt.adapters.fenced_spark.fence.protocol import VERSION, Fence, FenceState
+
+    class Moved:
+        """v5 landed after vB = 4; the log cannot be read once attempt 1 was refused."""
+
+        calls = 0
+
+        def execute(self, sql):
+            raise AssertionError(f"nothing is written: {sql}")
+
+        def history(self, table, limit):
+            self.calls += 1
+            if self.calls > 3:  # attempt 1's pre-check and refusal read it three times
+                raise DbtRuntimeError("connection reset")
+            return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
+
+    state = replace(FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t"), isolation=VERSION)
+    with pytest.raises(FenceViolation) as refused:
+        Fence(Moved(), nullcontext, rng=lambda: 0.0).run(state, "merge ...", retries=2)
+    report = refused.value.report
+    assert report.outcome == Outcome.NEVER_WRITTEN and report.read_version == 4
+    assert report.no_retry == "the retry could not start (connection reset)"
+    assert "not retried (fence_retries: 2): the retry could not start (connection reset)." in (
+        report.message()
+    )
+
+
+def test_a_write_refused_on_a_retry_lists_the_attempts_before_it():
+    from dbt.adapters.fenced_spark.fence.errors import FenceWriteRefused
+    from dbt.adapters.fenced_spark.fence.state import FenceState
+
+    first = report(
+        Outcome.REVERTED, our_version=14, revert_version=15, ours=[OURS], reverted=[OURS]
+    )
+    state = FenceState("`a`.`o`", "analytics.orders", "merge", 15, 15, "inv", "model.p.orders")
+    text = FenceWriteRefused(state, "[DELTA_X] no", [], [first], retries=3).msg
+    assert (
+        "failed; the write of its last attempt was never written, and nothing of the earlier "
+        "attempts stands.\nattempts: 2 (fence_retries: 3); a failure is not retried:\n"
+        "  1. read v12; v13 UPDATE landed; written and reverted\n"
+        "  2. read v15; failed, nothing written\nDelta said:\n[DELTA_X] no"
+    ) in text
+    assert FenceWriteRefused(state, "x", [], [first], 3).response["read_version"] == 15

@@ -33,6 +33,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     FenceViolation,
     FenceWriteRefused,
     Outcome,
+    never_written,
     node_kind,
 )
 from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, read_filters
@@ -315,12 +316,13 @@ def records_failure(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _nothing_stands(refused: FenceError) -> bool:
     """Spark refused the write and no step of ours stands, or the analysis could not judge a
-    commit's rows and nothing of ours remains."""
+    commit's rows before anything of ours committed."""
     if isinstance(refused, FenceWriteRefused):
         return refused.response["standing"] == []
     if isinstance(refused, FenceViolation):
         report = refused.report
-        return report.nothing_of_ours_remains and any(j.undecided for j in report.judged.values())
+        never = report.our_version is None and not report.ours and not report.rolled_back
+        return never and any(j.undecided for j in report.judged.values())
     return False
 
 
@@ -834,6 +836,7 @@ class FencedSparkAdapter(SparkAdapter):
         staging: FencedSparkRelation,
         compiled_code: str,
         state: FenceState,
+        diagnose: bool = True,
     ) -> str:
         if self._node().language == "python":
             return self._stage_python(relation, staging, compiled_code, state)
@@ -862,7 +865,8 @@ class FencedSparkAdapter(SparkAdapter):
         except DbtRuntimeError:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says so
             # (from a read of the log, however recently the head was read).
-            self._fence().precheck(replace(state, head=None))
+            if diagnose:
+                self._fence().precheck(replace(state, head=None))
             raise
         return str(view_sql)
 
@@ -1071,34 +1075,41 @@ class FencedSparkAdapter(SparkAdapter):
         Spark refused the write, or the conflict analysis could not join the model's rows. A
         unique_key the model lacks fails both alike: say so as a staged model would have
         (validate.sql), in place of the refusal. Only now does the run pay for the view that
-        reads the model's columns."""
+        reads the model's columns; anything else failing leaves the refusal as it is."""
         txn = self._node()
         if txn.source is None or not state.scope.keys or not _nothing_stands(refused):
             return
+        keys = list(state.scope.keys)
         source, txn.source = txn.source, None
         try:
             try:
-                self._stage(relation, staging, compiled_code, replace(state, head=None))
-                self.execute_macro(
-                    "fence_validate_unique_key",
-                    kwargs={
-                        "staging": staging,
-                        "unique_key": list(state.scope.keys),
-                        "relation": relation,
-                    },
+                self._stage(relation, staging, compiled_code, state, diagnose=False)
+                found = self.execute_macro(
+                    "fence_missing_unique_key", kwargs={"staging": staging, "unique_key": keys}
                 )
-            except CompilationError as missing:
-                # The model's own error: recorded as the refusal's outcome (nothing written),
-                # raised as the staged check raises it (dbt names the model, not the macro).
-                self._responses.record(txn.node, refused.response)
-                raise CompilationError(missing.msg) from None
             except Exception:
-                return  # the model SQL or its columns cannot be read: the refusal says why
+                return
             finally:
-                with suppress(Exception):  # never in place of the error above
+                with suppress(Exception):  # never in place of the refusal
                     self._drop_staging(staging)
         finally:
             txn.source = source  # a retry pins the write's own source anew
+        if not (found["missing"] and found["columns"]):
+            return
+        self._responses.record(txn.node, never_written(state, []))
+        try:
+            self.execute_macro(
+                "fence_validate_unique_key",
+                kwargs={
+                    "staging": staging,
+                    "unique_key": keys,
+                    "relation": relation,
+                    "found": found,
+                },
+            )
+        except CompilationError as missing:
+            # as the staged check raises it: dbt names the model, not the macro
+            raise CompilationError(missing.msg) from None
 
     def _drop_staging(self, staging: FencedSparkRelation, failed: bool = False) -> None:
         # Temp views live as long as their session. The embedded JVM's sessions live on. A

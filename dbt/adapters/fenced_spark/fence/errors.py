@@ -291,11 +291,12 @@ class FenceReport:
             lines.append(f"  detected by: {self.cause}")
         if self.earlier_attempts:
             total = len(self.earlier_attempts) + 1
-            lines.append(f"  attempts: {total} (fence_retries: {total - 1}), all refused:")
+            lines.append(f"  attempts: {total} (fence_retries: {self.retries}), all refused:")
             for number, attempt in enumerate([*self.earlier_attempts, self], start=1):
                 lines.append(f"    {number}. {attempt.summary()}")
         if self.no_retry and self.retries:
-            lines.append(f"  not retried (fence_retries: {self.retries}): {self.no_retry}.")
+            again = " again" if self.earlier_attempts else ""
+            lines.append(f"  not retried{again} (fence_retries: {self.retries}): {self.no_retry}.")
         if not self.nothing_of_ours_remains:
             lines.append(f"  what to do: fix the table by hand as above, then re-run the {node}.")
         elif self.gone == Gone.DROPPED:
@@ -347,6 +348,18 @@ class FenceViolation(FenceError):
         return "Fence violation"
 
 
+def never_written(state: Attempt, steps: list[Commit] | None) -> dict[str, Any]:
+    """The response of a run whose write never committed: Spark refused it, or the model's
+    own error (E114) came first. `steps`: the node's step commits standing (None: unknown)."""
+    return {
+        "_message": f"{state.strategy.upper()} failed",
+        "fence_outcome": Outcome.NEVER_WRITTEN.value,
+        "read_version": state.read_version,
+        "steps": None if steps is None else [step_name(c) for c in steps],
+        "standing": None if steps is None else [c.version for c in steps],
+    }
+
+
 class FenceWriteRefused(FenceError):
     """Delta refused the write statement itself (duplicate source keys, rows outside a
     replace_where) and the log holds no commit of it: the engine's words, and the model.
@@ -358,14 +371,9 @@ class FenceWriteRefused(FenceError):
         words: str,
         steps: list[Commit] | None,
         earlier: Sequence[FenceReport] = (),
+        retries: int = 0,
     ) -> None:
-        self.response = {
-            "_message": f"{state.strategy.upper()} failed",
-            "fence_outcome": Outcome.NEVER_WRITTEN.value,
-            "read_version": state.read_version,
-            "steps": None if steps is None else [step_name(c) for c in steps],
-            "standing": None if steps is None else [c.version for c in steps],
-        }
+        self.response = never_written(state, steps)
         # The node's own steps (a pre-hook's DELETE) stand: never claim nothing was written.
         its = "the write of its last attempt" if earlier else "its write"
         if steps is None:
@@ -382,9 +390,9 @@ class FenceWriteRefused(FenceError):
         attempts = " "
         if earlier:
             total = len(earlier) + 1
-            lines = ["", f"attempts: {total} (fence_retries: {total - 1}):"]
+            lines = ["", f"attempts: {total} (fence_retries: {retries}); a failure is not retried:"]
             lines += [f"  {n}. {report.summary()}" for n, report in enumerate(earlier, start=1)]
-            lines += [f"  {total}. read v{state.read_version}; the write was refused", ""]
+            lines += [f"  {total}. read v{state.read_version}; failed, nothing written", ""]
             attempts = "\n".join(lines)
         super().__init__(
             f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}."

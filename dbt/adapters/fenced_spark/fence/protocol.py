@@ -126,23 +126,18 @@ class Fence:
         attempt_seconds = 0.0
         for retry in range(retries + 1):
             if retry:
-                turns = backoff_turns(retry, self.rng)
-                slot = max(BACKOFF_BASE_SECONDS, attempt_seconds)
-                logger.info(
-                    f"fenced {state.strategy} into {state.display}: attempt {retry} refused; "
-                    f"retrying from the new version after {turns:.1f} turns (a turn: a commit "
-                    f"landing, or {slot:.1f}s without one; {retry} of {retries})"
-                )
-                self.wait_turns(state, turns, slot)
-                latest = self._latest_or_fail(state)
-                state = replace(
-                    state,
-                    read_version=latest,
-                    expected_version=latest,
-                    attempt=retry + 1,
-                    judged=(),
-                )
-                restaged = restage(state)
+                try:
+                    state = self._next_attempt(state, retry, retries, attempt_seconds)
+                    restaged = restage(state)
+                except FenceError:
+                    raise
+                except DbtRuntimeError as exc:
+                    # The last refusal stands as the run's outcome (nothing of it remains),
+                    # with why no retry followed it.
+                    last = refused[-1]
+                    last.no_retry = f"the retry could not start ({reason(exc)})"
+                    last.earlier_attempts = refused[:-1]
+                    raise FenceViolation(last) from exc
                 if restaged is not None:
                     state, sql = restaged
             started = self.clock()
@@ -168,10 +163,28 @@ class Fence:
                 # Delta's own refusal (duplicate source keys, rows outside replace_where), and
                 # no commit of it in the log: said of this attempt, after the earlier ones.
                 words = first_lines(engine_message(exc))
-                write_refused = FenceWriteRefused(state, words, self.steps_standing(state), refused)
+                steps = self.steps_standing(state)
+                write_refused = FenceWriteRefused(state, words, steps, refused, retries)
                 vet(state, write_refused)
                 raise write_refused from exc
         raise AssertionError("the loop always returns or raises")
+
+    def _next_attempt(
+        self, state: FenceState, retry: int, retries: int, attempt_seconds: float
+    ) -> FenceState:
+        """After a backoff, the next attempt from the table's version then."""
+        turns = backoff_turns(retry, self.rng)
+        slot = max(BACKOFF_BASE_SECONDS, attempt_seconds)
+        logger.info(
+            f"fenced {state.strategy} into {state.display}: attempt {retry} refused; "
+            f"retrying from the new version after {turns:.1f} turns (a turn: a commit "
+            f"landing, or {slot:.1f}s without one; {retry} of {retries})"
+        )
+        self.wait_turns(state, turns, slot)
+        latest = self._latest_or_fail(state)
+        return replace(
+            state, read_version=latest, expected_version=latest, attempt=retry + 1, judged=()
+        )
 
     def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
         """Turns are counted in commits after the version the refused attempt expected, or in

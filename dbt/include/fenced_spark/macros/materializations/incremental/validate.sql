@@ -153,11 +153,26 @@
 {% endmacro %}
 
 
-{% macro fence_validate_unique_key(staging, unique_key, relation=none) %}
+{% macro fence_validate_unique_key(staging, unique_key, relation=none, found=none) %}
   {#-- Runs on the staged model before the write, or (a write whose source is the model SQL
-       itself) after Delta refused it: a key that is not a column of the model's result
-       would otherwise surface as Delta's unresolved-expression error mid-MERGE. `relation`:
-       the model's table, where the adapter calls this outside the materialization. --#}
+       itself) after Spark refused it: a key that is not a column of the model's result
+       would otherwise surface as Spark's unresolved-column error mid-MERGE. `relation`:
+       the model's table, where the adapter calls this outside the materialization, with what
+       fence_missing_unique_key `found`. --#}
+  {%- set found = found or fence_missing_unique_key(staging, unique_key) -%}
+  {% set missing_column_msg -%}
+    Model {{ (relation or this).render() }}: `unique_key` names {{ found.missing | join(', ') }}, which the model does not select.
+    Its columns are: {{ found.columns | join(', ') }}. Nothing was written.
+  {%- endset %}
+  {#-- No columns at all is a DESCRIBE that said nothing, not a model without the key. --#}
+  {%- if found.missing and found.columns -%}
+    {% do exceptions.raise_compiler_error(missing_column_msg) %}
+  {%- endif -%}
+{% endmacro %}
+
+
+{% macro fence_missing_unique_key(staging, unique_key) %}
+  {#-- The keys that are not columns of the staged model, and its columns. --#}
   {%- set keys = [unique_key] if unique_key is string else unique_key -%}
   {%- set relation_columns = adapter.get_columns_in_relation(staging) -%}
   {%- set columns = relation_columns | map(attribute='name') | list -%}
@@ -188,13 +203,5 @@
       {%- endif -%}
     {%- endif -%}
   {%- endfor -%}
-  {%- set missing = missing | unique | list -%}
-  {% set missing_column_msg -%}
-    Model {{ (relation or this).render() }}: `unique_key` names {{ missing | join(', ') }}, which the model does not select.
-    Its columns are: {{ columns | join(', ') }}. Nothing was written.
-  {%- endset %}
-  {#-- No columns at all is a DESCRIBE that said nothing, not a model without the key. --#}
-  {%- if missing and columns -%}
-    {% do exceptions.raise_compiler_error(missing_column_msg) %}
-  {%- endif -%}
+  {{ return({'missing': missing | unique | list, 'columns': columns}) }}
 {% endmacro %}
