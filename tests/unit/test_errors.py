@@ -303,3 +303,31 @@ def test_a_write_refused_on_a_retry_lists_the_attempts_before_it():
         "  2. read v15; failed, nothing written\nDelta said:\n[DELTA_X] no"
     ) in text
     assert FenceWriteRefused(state, "x", [], [first], 3).response["read_version"] == 15
+
+
+def test_a_table_dropped_before_the_retry_is_refused_after_the_attempts_before_it():
+    from dataclasses import replace
+
+    from dbt.adapters.fenced_spark.fence.protocol import VERSION, Fence, FenceState
+
+    class MovedThenDropped:
+        """v5 landed after vB = 4; the table is gone when the retry reads its version."""
+
+        calls = 0
+
+        def execute(self, sql):
+            raise AssertionError(f"nothing is written: {sql}")
+
+        def history(self, table, limit):
+            self.calls += 1
+            if self.calls > 3:
+                raise nested("[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found.")
+            return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
+
+    state = replace(FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t"), isolation=VERSION)
+    with pytest.raises(FenceViolation) as refused:
+        Fence(MovedThenDropped(), nullcontext, rng=lambda: 0.0).run(state, "merge", retries=2)
+    report = refused.value.report
+    assert report.gone is not None and report.retries == 2
+    assert [r.read_version for r in report.earlier_attempts] == [4]
+    assert "attempts: 2 (fence_retries: 2), all refused:" in report.message()

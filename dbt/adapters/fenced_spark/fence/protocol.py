@@ -124,11 +124,23 @@ class Fence:
         error in its place (a unique_key the model lacks fails every attempt alike)."""
         refused: list[FenceReport] = []
         attempt_seconds = 0.0
+
+        def vetted(state: FenceState, failed: FenceError) -> None:
+            # Only while no attempt committed: the model's own error then says all that happened.
+            if all(r.our_version is None for r in refused):
+                vet(state, failed)
+
         for retry in range(retries + 1):
             if retry:
                 try:
                     state = self._next_attempt(state, retry, retries, attempt_seconds)
                     restaged = restage(state)
+                except FenceViolation as violation:
+                    # The table gone, or a conflict found while the model was staged anew:
+                    # this attempt's refusal, after the earlier ones.
+                    report = violation.report
+                    report.retries, report.earlier_attempts = retries, refused
+                    raise FenceViolation(report) from violation
                 except FenceError:
                     raise
                 except DbtRuntimeError as exc:
@@ -145,7 +157,7 @@ class Fence:
                 return self.write(state, sql)
             except FenceViolation as violation:
                 attempt_seconds = self.clock() - started
-                vet(state, violation)
+                vetted(state, violation)
                 report = violation.report
                 report.no_retry = (
                     no_retry or self._steps_ran(state) or batch.no_retry(state, report)
@@ -165,7 +177,7 @@ class Fence:
                 words = first_lines(engine_message(exc))
                 steps = self.steps_standing(state)
                 write_refused = FenceWriteRefused(state, words, steps, refused, retries)
-                vet(state, write_refused)
+                vetted(state, write_refused)
                 raise write_refused from exc
         raise AssertionError("the loop always returns or raises")
 
