@@ -255,31 +255,38 @@ def test_a_quoted_delta_error_loses_its_try_again():
     assert reason(RuntimeError(append + " Please retry the operation.")) == append
 
 
-def test_a_retry_that_cannot_start_leaves_the_last_refusal_saying_why():
-    from dataclasses import replace
+class MovedThenFails:
+    """v5 landed after vB = 4 (refused under 'version' isolation); every history read after
+    attempt 1's pre-check and refusal (three reads) raises `error`."""
 
-    from dbt_common.exceptions import DbtRuntimeError
+    def __init__(self, error: Exception) -> None:
+        self.error, self.calls = error, 0
+
+    def execute(self, sql):
+        raise AssertionError(f"nothing is written: {sql}")
+
+    def history(self, table, limit):
+        self.calls += 1
+        if self.calls > 3:
+            raise self.error
+        return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
+
+
+def run_refused(error: Exception) -> FenceReport:
+    from dataclasses import replace
 
     from dbt.adapters.fenced_spark.fence.protocol import VERSION, Fence, FenceState
 
-    class Moved:
-        """v5 landed after vB = 4; the log cannot be read once attempt 1 was refused."""
-
-        calls = 0
-
-        def execute(self, sql):
-            raise AssertionError(f"nothing is written: {sql}")
-
-        def history(self, table, limit):
-            self.calls += 1
-            if self.calls > 3:  # attempt 1's pre-check and refusal read it three times
-                raise DbtRuntimeError("connection reset")
-            return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
-
     state = replace(FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t"), isolation=VERSION)
     with pytest.raises(FenceViolation) as refused:
-        Fence(Moved(), nullcontext, rng=lambda: 0.0).run(state, "merge ...", retries=2)
-    report = refused.value.report
+        Fence(MovedThenFails(error), nullcontext, rng=lambda: 0.0).run(state, "merge", retries=2)
+    return refused.value.report
+
+
+def test_a_retry_that_cannot_start_leaves_the_last_refusal_saying_why():
+    from dbt_common.exceptions import DbtRuntimeError
+
+    report = run_refused(DbtRuntimeError("connection reset"))
     assert report.outcome == Outcome.NEVER_WRITTEN and report.read_version == 4
     assert report.no_retry == "the retry could not start (connection reset)"
     assert "not retried (fence_retries: 2): the retry could not start (connection reset)." in (
@@ -306,28 +313,7 @@ def test_a_write_refused_on_a_retry_lists_the_attempts_before_it():
 
 
 def test_a_table_dropped_before_the_retry_is_refused_after_the_attempts_before_it():
-    from dataclasses import replace
-
-    from dbt.adapters.fenced_spark.fence.protocol import VERSION, Fence, FenceState
-
-    class MovedThenDropped:
-        """v5 landed after vB = 4; the table is gone when the retry reads its version."""
-
-        calls = 0
-
-        def execute(self, sql):
-            raise AssertionError(f"nothing is written: {sql}")
-
-        def history(self, table, limit):
-            self.calls += 1
-            if self.calls > 3:
-                raise nested("[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found.")
-            return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
-
-    state = replace(FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t"), isolation=VERSION)
-    with pytest.raises(FenceViolation) as refused:
-        Fence(MovedThenDropped(), nullcontext, rng=lambda: 0.0).run(state, "merge", retries=2)
-    report = refused.value.report
+    report = run_refused(nested("[TABLE_OR_VIEW_NOT_FOUND] The table `a`.`t` cannot be found."))
     assert report.gone is not None and report.retries == 2
     assert [r.read_version for r in report.earlier_attempts] == [4]
     assert "attempts: 2 (fence_retries: 2), all refused:" in report.message()
