@@ -195,8 +195,11 @@ READ = re.compile(r"read v(\d+);")
 # The model's SQL lists the columns foreign ALTERs added before the run started; one that
 # lands during the run leaves the target with a column the model does not produce, and
 # Delta's MERGE refuses that before it commits. Allowed only where that ALTER raced the run.
+# With fence_retries, the attempt that read the new column is the last, after the refused ones.
 NEW_COLUMN = re.compile(
-    r"failed; nothing was written\. (?:Delta|Spark) said:\s+\[[A-Z_.]+\] Cannot resolve (x\d+)"
+    r"failed; (?:nothing was written|the write of its last attempt was never written, and "
+    r"nothing of the earlier attempts stands)\.[\s\S]*?(?:Delta|Spark) said:\s+\[[A-Z_.]+\] "
+    r"Cannot resolve (x\d+)"
 )
 
 
