@@ -290,10 +290,8 @@ class FenceReport:
         if self.cause:
             lines.append(f"  detected by: {self.cause}")
         if self.earlier_attempts:
-            total = len(self.earlier_attempts) + 1
-            lines.append(f"  attempts: {total} (fence_retries: {self.retries}), all refused:")
-            for number, attempt in enumerate([*self.earlier_attempts, self], start=1):
-                lines.append(f"    {number}. {attempt.summary()}")
+            listed = attempts(self.earlier_attempts, self.summary(), self.retries, ", all refused")
+            lines += [f"  {line}" for line in listed]
         if self.no_retry and self.retries:
             again = " again" if self.earlier_attempts else ""
             lines.append(f"  not retried{again} (fence_retries: {self.retries}): {self.no_retry}.")
@@ -348,6 +346,16 @@ class FenceViolation(FenceError):
         return "Fence violation"
 
 
+def attempts(earlier: Sequence[FenceReport], last: str, retries: int, how: str) -> list[str]:
+    """The attempts of a run with fence_retries, one line each, the last one `last`."""
+    total = len(earlier) + 1
+    return [
+        f"attempts: {total} (fence_retries: {retries}){how}:",
+        *(f"  {n}. {report.summary()}" for n, report in enumerate(earlier, start=1)),
+        f"  {total}. {last}",
+    ]
+
+
 def never_written(state: Attempt, steps: list[Commit] | None) -> dict[str, Any]:
     """The response of a run whose write never committed: Spark refused it, or the model's
     own error (E114) came first. `steps`: the node's step commits standing (None: unknown)."""
@@ -387,16 +395,14 @@ class FenceWriteRefused(FenceError):
             written = f"{its} was never written, and nothing of the earlier attempts stands"
         else:
             written = "nothing was written"
-        attempts = " "
+        listed = " "
         if earlier:
-            total = len(earlier) + 1
-            lines = ["", f"attempts: {total} (fence_retries: {retries}); a failure is not retried:"]
-            lines += [f"  {n}. {report.summary()}" for n, report in enumerate(earlier, start=1)]
-            lines += [f"  {total}. read v{state.read_version}; failed, nothing written", ""]
-            attempts = "\n".join(lines)
+            last = f"read v{state.read_version}; failed, nothing written"
+            lines = attempts(earlier, last, retries, "; a failure is not retried")
+            listed = "\n".join(["", *lines, ""])
         super().__init__(
             f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}."
-            f"{attempts}{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
+            f"{listed}{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
         )
 
 
