@@ -90,6 +90,9 @@ def test_every_attempt_is_listed():
     assert "attempts: 2 (fence_retries: 3), all refused:" in text
     assert "1. read v12; v13 UPDATE landed; never written" in text
     assert "2. read v13; v15 WRITE landed; written and reverted" in text
+    # fence_retries is already set and spent: no advice to set it.
+    assert "set `fence_retries: N`" not in text
+    assert "re-run when that writer is done, or raise `fence_retries` (now 3)." in text
 
 
 def test_revert_reason_is_the_engines_line_not_dbts_header():

@@ -317,6 +317,13 @@ class FenceReport:
             )
         elif self.steps or self.no_retry:
             lines.append(f"  what to do: re-run the {node}; it recomputes from the new version.")
+        elif self.earlier_attempts:
+            # fence_retries is set and spent: asking to set it would be advice already taken.
+            lines.append(
+                f"  what to do: re-run the {node}; it recomputes from the new version. Every "
+                f"attempt met another writer's commit: re-run when that writer is done, or raise "
+                f"`fence_retries` (now {self.retries})."
+            )
         else:
             lines.append(
                 f"  what to do: re-run the {node}; it recomputes from the new version. "
