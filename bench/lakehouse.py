@@ -234,8 +234,10 @@ class Lakehouse:
     ) -> dict[str, Any]:
         """Runs dbt here, in this process; returns its run_results.json."""
         os.environ["BENCH_TAG"] = tag
-        # One target path per target: each keeps its own partial-parse state.
-        target_path = os.path.join(self.workdir, "target", target)
+        # One target path per target and data set, as one deployment of the project each: its
+        # run_results.json is its own last run's, which the fence's capture reads (a run of
+        # another data set on the same target would leave the capture reading commits).
+        target_path = os.path.join(self.workdir, "target", f"{target}_{tag}")
         errors: list[str] = []
 
         def collect(event: Any) -> None:

@@ -62,8 +62,10 @@ SIZES = {
         pairs=15,
         warmup=1,
         server_rows=(100_000,),
-        # Three runs per batch over the servers: 15 pairs would double part 1's time.
-        server_pairs=5,
+        # Four runs per batch over the servers (two stocks, Thrift, Connect). Single pairs spread
+        # 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4 wide; 15 would double
+        # part 1's time.
+        server_pairs=9,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,
         jobs_rows=10_000,
