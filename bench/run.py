@@ -1,6 +1,6 @@
 """Benchmarks: what the fence costs, against stock dbt-spark, in one process and one Spark JVM.
 
-    python -m bench.run --size ci                  # the smaller size; part 1 alone 11.5 min
+    python -m bench.run --size ci                  # the smaller size; parts 1 and 8 alone 26 min
     python -m bench.run --size full                # 100k and 2M rows; well over an hour
     python -m bench.run --size ci --only jobs --no-write
 
