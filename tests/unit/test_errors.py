@@ -83,16 +83,30 @@ def test_every_attempt_is_listed():
         [Commit(15, "WRITE", 14, None)],
         our_version=14,
         revert_version=16,
-        retries=3,  # the model's: attempt 2 stopped them (a written step, say)
+        retries=1,
     )
     second.earlier_attempts = [first]
     text = second.message()
-    assert "attempts: 2 (fence_retries: 3), all refused:" in text
+    assert "attempts: 2 (fence_retries: 1), all refused:" in text
     assert "1. read v12; v13 UPDATE landed; never written" in text
     assert "2. read v13; v15 WRITE landed; written and reverted" in text
     # fence_retries is already set and spent: no advice to set it.
     assert "set `fence_retries: N`" not in text
-    assert "re-run when that writer is done, or raise `fence_retries` (now 3)." in text
+    assert (
+        "Each of its 2 attempts was refused after commits landed since the version it read "
+        "(listed above): re-run when those writers are done, or raise `fence_retries` (now 1) "
+        "on the model."
+    ) in text
+
+
+def test_spent_retries_name_no_writer_where_an_attempt_saw_no_commit_land():
+    # Delta's conflict exception with no foreign commit after vB: nothing landed to wait for.
+    first = FenceReport("merge", "analytics.orders", 12, Outcome.NEVER_WRITTEN, [], retries=1)
+    second = report(Outcome.NEVER_WRITTEN, retries=1)
+    second.earlier_attempts = [first]
+    text = second.message()
+    assert "All 1 retries (`fence_retries`) on the model were spent." in text
+    assert "writers are done" not in text and "set `fence_retries: N`" not in text
 
 
 def test_revert_reason_is_the_engines_line_not_dbts_header():
@@ -320,3 +334,38 @@ def test_a_table_dropped_before_the_retry_is_refused_after_the_attempts_before_i
     assert report.gone is not None and report.retries == 2
     assert [r.read_version for r in report.earlier_attempts] == [4]
     assert "attempts: 2 (fence_retries: 2), all refused:" in report.message()
+
+
+class Moved(MovedThenFails):
+    """v5 landed after vB = 4, for as long as it is read."""
+
+    def __init__(self) -> None:
+        super().__init__(AssertionError("never raised"))
+
+    def history(self, table, limit):
+        return [Commit(4, "WRITE", 3, None), Commit(5, "UPDATE", 4, None)][-limit:]
+
+
+def test_a_conflict_found_while_a_retry_stages_anew_leaves_the_other_retries_to_run():
+    from dataclasses import replace
+
+    from dbt.adapters.fenced_spark.fence.protocol import VERSION, Fence, FenceState
+
+    restaged = []
+
+    def restage(state):
+        restaged.append(state.read_version)
+        landed = [Commit(6, "WRITE", 5, None)]
+        raise FenceViolation(
+            FenceReport("merge", "a.t", state.read_version, Outcome.NEVER_WRITTEN, landed)
+        )
+
+    state = replace(FenceState("a.t", "a.t", "merge", 4, 4, "inv", "model.p.t"), isolation=VERSION)
+    with pytest.raises(FenceViolation) as refused:
+        Fence(Moved(), nullcontext, rng=lambda: 0.0).run(state, "merge", retries=2, restage=restage)
+    final = refused.value.report
+    assert restaged == [5, 5]  # both retries ran, each staging the model anew
+    assert [r.read_version for r in final.earlier_attempts] == [4, 5]
+    text = final.message()
+    assert "attempts: 3 (fence_retries: 2), all refused:" in text
+    assert "Each of its 3 attempts was refused" in text

@@ -320,9 +320,8 @@ class FenceReport:
         elif self.earlier_attempts:
             # fence_retries is set and spent: asking to set it would be advice already taken.
             lines.append(
-                f"  what to do: re-run the {node}; it recomputes from the new version. Every "
-                f"attempt met another writer's commit: re-run when that writer is done, or raise "
-                f"`fence_retries` (now {self.retries})."
+                f"  what to do: re-run the {node}; it recomputes from the new version. "
+                + self._retries_spent()
             )
         else:
             lines.append(
@@ -330,6 +329,17 @@ class FenceReport:
                 f"To do that automatically, set `fence_retries: N` on the {node}."
             )
         return "\n".join(lines)
+
+    def _retries_spent(self) -> str:
+        node = node_kind(self.strategy)
+        every = (*self.earlier_attempts, self)
+        if all(report.landed for report in every):
+            return (
+                f"Each of its {len(every)} attempts was refused after commits landed since "
+                f"the version it read (listed above): re-run when those writers are done, or "
+                f"raise `fence_retries` (now {self.retries}) on the {node}."
+            )
+        return f"All {self.retries} retries (`fence_retries`) on the {node} were spent."
 
 
 class FenceError(DbtRuntimeError):

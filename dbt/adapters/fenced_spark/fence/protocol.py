@@ -137,9 +137,19 @@ class Fence:
                     restaged = restage(state)
                 except FenceViolation as violation:
                     # The table gone, or a conflict found while the model was staged anew:
-                    # this attempt's refusal, after the earlier ones.
+                    # this attempt's refusal, after the earlier ones. Nothing of it was
+                    # written, so a conflict leaves the retries that remain to be taken.
                     report = violation.report
-                    report.retries, report.earlier_attempts = retries, refused
+                    report.retries = retries
+                    if (
+                        retry < retries
+                        and report.gone is None
+                        and not report.no_retry
+                        and report.nothing_of_ours_remains
+                    ):
+                        refused = [*refused, report]
+                        continue
+                    report.earlier_attempts = refused
                     raise FenceViolation(report) from violation
                 except FenceError:
                     raise
