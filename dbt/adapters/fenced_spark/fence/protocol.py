@@ -136,20 +136,13 @@ class Fence:
                     state = self._next_attempt(state, retry, retries, attempt_seconds)
                     restaged = restage(state)
                 except FenceViolation as violation:
-                    # The table gone, or a conflict found while the model was staged anew:
-                    # this attempt's refusal, after the earlier ones. Nothing of it was
-                    # written, so a conflict leaves the retries that remain to be taken.
+                    # The table gone, or the model's view failing at the new vB and the log
+                    # explaining why (impl._stage): this attempt's refusal, after the earlier
+                    # ones. Not retried further: the staging failure may be anyone's.
                     report = violation.report
-                    report.retries = retries
-                    if (
-                        retry < retries
-                        and report.gone is None
-                        and not report.no_retry
-                        and report.nothing_of_ours_remains
-                    ):
-                        refused = [*refused, report]
-                        continue
-                    report.earlier_attempts = refused
+                    report.retries, report.earlier_attempts = retries, refused
+                    if report.gone is None and not report.no_retry and retry < retries:
+                        report.no_retry = "its model could not be staged anew"
                     raise FenceViolation(report) from violation
                 except FenceError:
                     raise
