@@ -315,23 +315,20 @@ class FenceReport:
                 f"  what to do: nothing; the table holds the batch once, from "
                 f"v{self.applied_by.version}. A re-run finds it there and writes nothing."
             )
-        elif self.steps or self.no_retry:
-            lines.append(f"  what to do: re-run the {node}; it recomputes from the new version.")
-        elif self.earlier_attempts:
-            # fence_retries is set and spent: asking to set it would be advice already taken.
-            lines.append(
-                f"  what to do: re-run the {node}; it recomputes from the new version. "
-                + self._retries_spent()
-            )
         else:
-            lines.append(
-                f"  what to do: re-run the {node}; it recomputes from the new version. "
-                f"To do that automatically, set `fence_retries: N` on the {node}."
-            )
+            rerun = f"  what to do: re-run the {node}; it recomputes from the new version."
+            if self.steps or self.no_retry:
+                lines.append(rerun)
+            elif self.earlier_attempts:
+                # fence_retries is set and spent: asking to set it would be advice already taken.
+                lines.append(f"{rerun} {self._retries_spent(node)}")
+            else:
+                lines.append(
+                    f"{rerun} To do that automatically, set `fence_retries: N` on the {node}."
+                )
         return "\n".join(lines)
 
-    def _retries_spent(self) -> str:
-        node = node_kind(self.strategy)
+    def _retries_spent(self, node: str) -> str:
         every = (*self.earlier_attempts, self)
         if all(report.landed for report in every):
             return (
