@@ -746,6 +746,8 @@ class TestErrorsCatalogue:
         assert [e.tag["attempt"] for e in ours(after)] == [1, 2]
         message = message_of(results)
         assert "attempts: 2 (fence_retries: 1), all refused:" in message
+        # A foreign WRITE landed before each of ours (the history above): so the advice says.
+        assert "Each of its 2 attempts was refused after commits landed" in message
         assert our_write(message).startswith(f"written as v{after[4].version}, then reverted")
         catalogue("E206", message)
         assert rows(spark, f"select count(*) from {table} where status = 'x'") == [(2,)]
