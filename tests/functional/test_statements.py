@@ -169,6 +169,80 @@ class TestAKeptSessionServesTheNextFencedNode:
             assert rows(spark, f"select distinct round from {project.test_schema}.{name}") == [(1,)]
 
 
+STRICT_APPEND = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged') }}
+select {{ var('round', 0) }} as round
+"""
+
+# Not fenced: a table, whose pre-hook reads the confs the fence's last write set and whose
+# CREATE OR REPLACE commits in the session the strict appends before it left.
+READS_THE_CONFS = """
+{{ config(materialized='table', pre_hook="{{ confs_as_left() }}") }}
+select 1 as id -- {{ ref('strict_b') }}
+"""
+
+CONFS_AS_LEFT = """
+{% macro confs_as_left() %}
+  {%- if execute -%}
+    {%- set attempts = run_query("set spark.databricks.delta.maxCommitAttempts").rows[0][1] -%}
+    {%- set label = run_query("set spark.databricks.delta.commitInfo.userMetadata").rows[0][1] -%}
+    {{ log("maxCommitAttempts: " ~ attempts ~ "; userMetadata: " ~ label, info=true) }}
+  {%- endif -%}
+{% endmacro %}
+"""
+
+
+class TestTheFencesResetsWaitForAnotherStatement:
+    """Over Thrift the RESETs of the fence's commit tag and maxCommitAttempts after its write
+    wait for the session's next statement that is not the fence's own (thrift.Leftovers.deferred):
+    a later strict append in the same session finds maxCommitAttempts still 0 and sends no SET
+    of it; a model after them reads the server's defaults, and its commit carries no tag."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "strict_a.sql": STRICT_APPEND,
+            "strict_b.sql": STRICT_APPEND + "-- {{ ref('strict_a') }}\n",
+            "reads_the_confs.sql": READS_THE_CONFS,
+        }
+
+    @pytest.fixture(scope="class")
+    def macros(self):
+        return {"confs_as_left.sql": CONFS_AS_LEFT}
+
+    def test_a_later_statement_sees_the_servers_defaults(self, project, spark, dbt_profile_name):
+        run_dbt(["run"])
+        results, logs = run_dbt_and_capture(["--debug", "run", "--vars", '{"round": 1}'])
+        assert [r.status for r in results] == ["success"] * 3
+        # Delta's default, and no label: neither of the fence's values is left.
+        assert "maxCommitAttempts: 10000000; userMetadata: <undefined>" in logs
+        for name in ("strict_a", "strict_b"):
+            response = response_of(project, name)
+            newest = history(spark, f"{project.test_schema}.{name}")[-1]
+            assert response["fence_outcome"] == "committed", response
+            assert (newest.operation, newest.tag["step"]) == ("WRITE", "write")
+            assert newest.tag["node"] == f"model.test.{name}"
+            assert response["commit_version"] == newest.version
+        table = history(spark, f"{project.test_schema}.reads_the_confs")[-1]
+        assert table.operation == "CREATE OR REPLACE TABLE AS SELECT"
+        assert table.user_metadata is None
+        if dbt_profile_name != "thrift":
+            return
+        # The same session served all three, in order: strict_b sent no SET of
+        # maxCommitAttempts, neither appends a RESET, and both went out in the table's node.
+        for name in ("strict_b", "reads_the_confs"):
+            assert re.search(rf"Thrift session reused for connection 'model\.test\.{name}'", logs)
+        appends = logs[logs.index("START sql incremental model") : logs.index("START sql table")]
+        b = appends[appends.index("START sql incremental model", 1) :]
+        assert "spark.databricks.delta.maxCommitAttempts still holds `0`" in b
+        assert "SET spark.databricks.delta.maxCommitAttempts=`0`" not in b
+        for key in ("maxCommitAttempts", "commitInfo.userMetadata"):
+            assert f"RESET spark.databricks.delta.{key} waits" in appends
+            assert f": RESET spark.databricks.delta.{key}\n" not in appends
+            reads = logs[logs.index("START sql table") :]
+            assert f"RESET spark.databricks.delta.{key}, left by the fence's last write" in reads
+
+
 # Reads its table at compile time, then deletes from it there (a step of the run): vB is
 # captured at the read, and the DELETE is the node's first commit.
 COMPILE_TIME_STEP = """

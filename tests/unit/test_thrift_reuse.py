@@ -5,13 +5,15 @@ functional proof is test_statements.py over a real Thrift server."""
 from types import SimpleNamespace
 
 import pytest
-from dbt.adapters.spark.connections import SparkConnectionManager
+from dbt.adapters.spark.connections import PyhiveConnectionWrapper, SparkConnectionManager
 
 from dbt.adapters.fenced_spark import thrift
 from dbt.adapters.fenced_spark.connections import (
     BackoffPyhiveConnectionWrapper,
     FencedSparkConnectionManager,
 )
+from dbt.adapters.fenced_spark.fence.state import MAX_COMMIT_ATTEMPTS
+from dbt.adapters.fenced_spark.impl import FenceSql
 
 COMMENT = '/* {"app": "dbt", "node_id": "model.p.m"} */\n'
 
@@ -513,3 +515,104 @@ def test_each_statement_closes_the_last_ones_operation():
     handle.cursor()
     handle.cursor()
     assert [c.closed for c in pyhive.cursors] == [True, False]
+
+
+class Manager:
+    """What FenceSql uses of FencedSparkConnectionManager, over one wrapper."""
+
+    fence_own = FencedSparkConnectionManager.fence_own
+
+    def __init__(self, handle):
+        self.connection = SimpleNamespace(handle=handle)
+
+    def get_thread_connection(self):
+        return self.connection
+
+    def add_query(self, sql, auto_begin=False):
+        self.connection.handle.cursor()
+        self.connection.handle.execute(sql)
+
+    def fetch_rows(self, sql, at_once=False):
+        self.add_query(sql)
+        return [], []
+
+    def session_may_have_committed(self):
+        return True
+
+
+TAG, ATTEMPTS = "spark.databricks.delta.commitInfo.userMetadata", MAX_COMMIT_ATTEMPTS
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    statements: list[str] = []
+    monkeypatch.setattr(
+        PyhiveConnectionWrapper,
+        "_execute_with_polling",
+        lambda self, sql, bindings: statements.append(sql),
+    )
+    return statements
+
+
+def strict_write(fence: FenceSql, tag: str, sql: str) -> None:
+    """Fence.tagged around a strict write, as protocol.py sends it."""
+    fence.set_session_conf(TAG, tag)
+    fence.set_session_conf(ATTEMPTS, "0")
+    fence.execute(sql)
+    fence.set_session_conf(TAG, None)
+    fence.set_session_conf(ATTEMPTS, None)
+
+
+def test_the_fences_resets_wait_for_a_statement_not_its_own(sent):
+    handle = wrapper(FakePyhive())
+    fence = FenceSql(Manager(handle))
+    strict_write(fence, "a", "insert into s.t select 1")
+    assert sent == [f"SET {TAG}=`a`", f"SET {ATTEMPTS}=`0`", "insert into s.t select 1"]
+    assert fence.session_conf(TAG) is None and len(sent) == 3  # what its RESET will leave
+    handle.close()  # kept: the session holds nothing its RESETs will not undo
+    assert thrift.reuse("profile", "model.p.b") is handle
+    # The next node's strict write: the fence's reads go first; maxCommitAttempts is still 0.
+    fence.fetch("EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log`")
+    strict_write(fence, "b", "insert into s.t select 2")
+    assert sent[3:] == [
+        "EXPLAIN SELECT path FROM binaryFile.`/t/_delta_log`",
+        f"SET {TAG}=`b`",
+        "insert into s.t select 2",
+    ]
+    # Anything else, a hook's read of the conf among them, comes after both RESETs.
+    handle.cursor()
+    handle.execute(f"set {ATTEMPTS}")
+    assert sent[6:] == [f"RESET {TAG}", f"RESET {ATTEMPTS}", f"set {ATTEMPTS}"]
+    assert not handle.leftovers.deferred and handle.leftovers.clean
+
+
+def test_a_merge_after_a_strict_write_runs_with_the_servers_attempts(sent):
+    fence = FenceSql(Manager(wrapper(FakePyhive())))
+    strict_write(fence, "a", "insert into s.t select 1")
+    fence.set_session_conf(TAG, "b")  # a merge sets only its tag
+    fence.execute("merge into s.t using v on false when not matched then insert *")
+    assert sent[3:] == [
+        f"SET {TAG}=`b`",
+        f"RESET {ATTEMPTS}",
+        "merge into s.t using v on false when not matched then insert *",
+    ]
+
+
+def test_a_label_to_put_back_and_a_reset_the_fence_did_not_set_go_at_once(sent):
+    handle = wrapper(FakePyhive())
+    fence = FenceSql(Manager(handle))
+    fence.set_session_conf(TAG, "tag")
+    fence.execute("insert into s.t select 1")
+    fence.set_session_conf(TAG, "audit")  # the label the session had before the fence's tag
+    fence.set_session_conf(ATTEMPTS, None)  # no SET of the fence's before it here
+    assert sent[2:] == [f"SET {TAG}=`audit`", f"RESET {ATTEMPTS}"]
+    assert not handle.leftovers.deferred
+
+
+def test_a_session_with_resets_waiting_that_left_something_else_is_closed(sent):
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    strict_write(FenceSql(Manager(handle)), "a", "insert into s.t select 1")
+    handle.leftovers.saw("create temporary view v as select 1")
+    handle.close()
+    assert pyhive.closed

@@ -194,6 +194,7 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
     ) -> None:
         self._next = self.FIRST
         self.read_at_once = False  # the fence's short statements (the manager's at_once)
+        self.fence_own = False  # the fence's reads and conf SETs (the manager's fence_own)
         self._at_once = threading.Lock()  # orders a cancel from another thread with the call
         self._running_at_once = self._cancelled = self._lost = False
         # The session is kept for a later node if what ran in it left nothing (thrift.py).
@@ -237,8 +238,18 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         # A kept session for a new connection: nothing of the last one's statements carries.
         self._cursor = None
         self._next = self.FIRST
-        self.read_at_once = False
+        self.read_at_once = self.fence_own = False
         return self
+
+    def execute(self, sql: str, bindings: Any = None) -> None:
+        # The RESETs the fence's last write left waiting (thrift.Leftovers.deferred) go first:
+        # no statement but the fence's own may commit under its tag or read its confs.
+        while self.leftovers.deferred and not self.fence_own:
+            key = min(self.leftovers.deferred)
+            del self.leftovers.deferred[key]
+            logger.debug(f"fenced_spark: RESET {key}, left by the fence's last write, goes first")
+            super().execute(f"RESET {key}")
+        super().execute(sql, bindings)
 
     def close(self) -> None:
         # dbt closes a connection after each node: a session that left nothing is kept.
@@ -518,6 +529,21 @@ class FencedSparkConnectionManager(SparkConnectionManager):
             yield
         finally:
             handle.read_at_once = before
+
+    @contextmanager
+    def fence_own(self) -> Iterator[None]:
+        """The fence's reads and its SETs of its own confs: over Thrift they go ahead of the
+        RESETs its last write left waiting (thrift.Leftovers.deferred), as they commit nothing
+        and read none of those confs."""
+        handle = self.get_thread_connection().handle
+        if not isinstance(handle, BackoffPyhiveConnectionWrapper):
+            yield
+            return
+        before, handle.fence_own = handle.fence_own, True
+        try:
+            yield
+        finally:
+            handle.fence_own = before
 
     def on_frames(self, sql: str, read: Callable[[Any], T]) -> T:
         """`read` on the connection's Connect session, with dbt's query log, the run's replayed

@@ -54,6 +54,7 @@ from dbt.adapters.fenced_spark.fence.node import (
 from dbt.adapters.fenced_spark.fence.protocol import (
     LAST_COMMIT,
     LOOKBACK,
+    MAX_COMMIT_ATTEMPTS,
     SNAPSHOT,
     USER_METADATA,
     Fence,
@@ -87,6 +88,8 @@ _GONE_SINCE_VB = re.compile(
 # The fence's own statements that run no Spark job (FenceSql.fetch): its EXPLAINs of commit
 # files and of its target, SHOW TBLPROPERTIES.
 _NO_JOB = {"EXPLAIN", "SHOW"}
+# Confs only the fence's own statements set over Thrift: their RESETs may wait (thrift.py).
+_DEFERRABLE = (USER_METADATA, MAX_COMMIT_ATTEMPTS)
 
 # Strategies that never pin at compile time: unfenced by design, or fenced per batch.
 UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
@@ -131,13 +134,15 @@ class FenceSql:
         self.connections.add_query(sql, auto_begin=False)
 
     def history(self, table: str, limit: int) -> list[Commit]:
-        names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
+        with self.connections.fence_own():
+            names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
     def fetch(self, sql: str) -> list[Sequence[Any]]:
         # Answered at once over Thrift where no Spark job runs (_NO_JOB); its reads of commit
         # files and of rows are jobs, which may wait behind others' on a shared cluster: polled.
-        return list(self.connections.fetch_rows(sql, first_word(sql) in _NO_JOB)[1])
+        with self.connections.fence_own():
+            return list(self.connections.fetch_rows(sql, first_word(sql) in _NO_JOB)[1])
 
     def any_row(self, sql: str) -> bool:
         return bool(self.fetch(sql))
@@ -146,7 +151,8 @@ class FenceSql:
         # dbt-spark's own statement for a table's columns: kept for the node (`described`),
         # it answers dbt-spark's DESCRIBE of the target later in the node (impl.py).
         changes = self.connections.table_changes()
-        _, rows = self.connections.execute(f"describe extended {table}", fetch=True)
+        with self.connections.fence_own():
+            _, rows = self.connections.execute(f"describe extended {table}", fetch=True)
         if self.described is not None:
             self.described[table] = (changes, rows)
         return [tuple(row) for row in rows]
@@ -170,6 +176,9 @@ class FenceSql:
             value = spark.conf.get(key, None)
             return None if value is None else str(value)
         handle = self.connections.get_thread_connection().handle
+        if isinstance(handle, BackoffPyhiveConnectionWrapper) and key in handle.leftovers.deferred:
+            # Deferred only where the fence's SET found nothing to put back (send_conf).
+            return None
         if key == USER_METADATA and isinstance(handle, BackoffPyhiveConnectionWrapper):
             # Only a statement sets it: in a session where none did, the server's own value.
             return thrift.server_default(handle, key, lambda: self._read_conf(key))
@@ -198,7 +207,7 @@ class FenceSql:
         # connection has only SQL, and its RESET. dbt.log shows both.
         spark = self._session()
         if spark is None:
-            self.execute(set_conf_sql(key, value))
+            self._send_sql_conf(key, value)
             return
         shown = set_conf_sql(key, value)
         logger.debug(f"fenced_spark: {shown} (through the session's conf)")
@@ -224,6 +233,29 @@ class FenceSql:
             # A closed Connect channel, a dead JVM: a failed statement, as over SQL.
             self.connections.keep_no_session(failed=exc)
             raise DbtRuntimeError(f"{shown} failed: {exc}") from exc
+
+    def _send_sql_conf(self, key: str, value: str | None) -> None:
+        handle = self.connections.get_thread_connection().handle
+        thrift_session = isinstance(handle, BackoffPyhiveConnectionWrapper)
+        if thrift_session and key in _DEFERRABLE:
+            confs = handle.leftovers
+            if value is None and key in confs.fence_set:
+                # Between the fence's SET and this RESET only the statement it tags ran.
+                confs.deferred[key] = confs.fence_set.pop(key)
+                logger.debug(f"fenced_spark: RESET {key} waits for a statement not the fence's")
+                return
+            if value is not None and confs.deferred.get(key) == value:
+                confs.fence_set[key] = confs.deferred.pop(key)
+                logger.debug(f"fenced_spark: {key} still holds `{value}` (its RESET waited)")
+                return
+            confs.deferred.pop(key, None)  # this SET or RESET replaces the one waiting
+        with self.connections.fence_own():
+            self.execute(set_conf_sql(key, value))
+        if thrift_session and key in _DEFERRABLE:
+            if value is None:
+                handle.leftovers.fence_set.pop(key, None)
+            else:
+                handle.leftovers.fence_set[key] = value
 
     def reconnect(self) -> None:
         # The embedded session lives as long as the process; a Connect session or a Thrift
@@ -1130,7 +1162,7 @@ class FencedSparkAdapter(SparkAdapter):
         handle = self.connections.get_thread_connection().handle
         if runner.over_connect() or failed or self._node().staged_on is not handle:
             return
-        with suppress(Exception), self.connections.at_once():
+        with suppress(Exception), self.connections.at_once(), self.connections.fence_own():
             runner.execute(drop)
 
     def _scoped(
