@@ -8,7 +8,13 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 from dbt_common.exceptions import DbtRuntimeError
 
-from tests.functional.lakehouse import dead_run_merge, history, response_of, rows
+from tests.functional.lakehouse import (
+    dead_run_merge,
+    history,
+    long_spark_job,
+    response_of,
+    rows,
+)
 from tests.harness.writer import ForeignWriter
 
 MISSING = "fenced_no_such_schema.fenced_no_such_table"
@@ -241,6 +247,50 @@ class TestTheFencesResetsWaitForAnotherStatement:
             assert f": RESET spark.databricks.delta.{key}\n" not in appends
             reads = logs[logs.index("START sql table") :]
             assert f"RESET spark.databricks.delta.{key}, left by the fence's last write" in reads
+
+
+# A per-row predicate that is always true and sleeps inside the write's own tasks
+# (test_strict_races.py), on the second of two strict appends in one run.
+SLOW_STRICT_APPEND = """
+{{ config(materialized='incremental', incremental_strategy='append_if_unchanged') }}
+select {{ var('round', 0) }} as round -- {{ ref('strict_first') }}
+where reflect('java.lang.Thread', 'sleep', cast({{ var('slow_ms', 0) }} as bigint)) is not null
+"""
+
+
+class TestAStrictWriteAfterAnotherInItsSessionIsStillStrict:
+    """The second of two strict appends in one session sends no SET of maxCommitAttempts=0
+    over Thrift (its RESET waited, TestTheFencesResetsWaitForAnotherStatement): a foreign
+    blind INSERT that lands while its write runs is refused by Delta itself, as under a SET of
+    its own, and nothing of ours is written (no commit, so no revert either)."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"strict_first.sql": STRICT_APPEND, "strict_slow.sql": SLOW_STRICT_APPEND}
+
+    def test_a_commit_during_the_write_is_refused_by_delta(self, project, spark, dbt_profile_name):
+        run_dbt(["run"])
+        table = f"{project.test_schema}.strict_slow"
+        vb = history(spark, table)[-1].version
+        writer = ForeignWriter(spark)
+        writer.when(long_spark_job(spark, 1.0), f"insert into {table} values (100)")
+        results, logs = run_dbt_and_capture(
+            ["--debug", "run", "--vars", '{"round": 1, "slow_ms": 5000}'], expect_pass=False
+        )
+        writer.join()
+        statuses = {r.node.name: (r.status, r.message) for r in results}
+        assert statuses["strict_first"][0] == "success"
+        assert statuses["strict_slow"][0] == "error"
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, e.tag) for e in after] == [("WRITE", None)]  # theirs only
+        message = statuses["strict_slow"][1]
+        assert "DELTA_MAX_COMMIT_RETRIES_EXCEEDED" in message  # as test_strict_races.py
+        assert "never written" in message
+        assert rows(spark, f"select round from {table} order by round") == [(0,), (100,)]
+        if dbt_profile_name == "thrift":
+            first = logs.index("START sql incremental model")
+            slow = logs[logs.index("START sql incremental model", first + 1) :]
+            assert "spark.databricks.delta.maxCommitAttempts still holds `0`" in slow
 
 
 # Reads its table at compile time, then deletes from it there (a step of the run): vB is

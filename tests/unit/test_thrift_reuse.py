@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from dbt.adapters.spark.connections import PyhiveConnectionWrapper, SparkConnectionManager
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import thrift
 from dbt.adapters.fenced_spark.connections import (
@@ -616,3 +617,32 @@ def test_a_session_with_resets_waiting_that_left_something_else_is_closed(sent):
     handle.leftovers.saw("create temporary view v as select 1")
     handle.close()
     assert pyhive.closed
+
+
+def test_a_reset_that_failed_stays_waiting_and_nothing_goes_out_before_it(monkeypatch, sent):
+    handle = wrapper(FakePyhive())
+    strict_write(FenceSql(Manager(handle)), "a", "insert into s.t select 1")
+
+    def lost(self, sql, bindings):
+        sent.append(sql)
+        raise EOFError("connection lost")
+
+    monkeypatch.setattr(PyhiveConnectionWrapper, "_execute_with_polling", lost)
+    handle.query_retries = 0
+    with pytest.raises(DbtRuntimeError) as failed:
+        handle.execute("insert into other.t select 1")
+    assert failed.value.msg.startswith(
+        f"RESET {TAG} failed on this Thrift session, so the statement after it was not sent"
+    )
+    assert sent[3:] == [f"RESET {TAG}"]  # the insert was never sent
+    assert set(handle.leftovers.deferred) == {TAG, ATTEMPTS}  # both still waiting
+    assert not handle.leftovers.clean  # and the session is not kept
+
+
+def test_a_waiting_reset_of_a_key_the_runs_hooks_may_have_set_closes_the_session(sent):
+    handle = wrapper(FakePyhive())
+    handle.leftovers.replaying = True
+    handle.leftovers.saw("execute immediate 'set spark.databricks.delta.maxCommitAttempts=50'")
+    handle.leftovers.replaying = False
+    strict_write(FenceSql(Manager(handle)), "a", "insert into s.t select 1")
+    assert handle.leftovers.deferred and not handle.leftovers.clean

@@ -243,12 +243,20 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
 
     def execute(self, sql: str, bindings: Any = None) -> None:
         # The RESETs the fence's last write left waiting (thrift.Leftovers.deferred) go first:
-        # no statement but the fence's own may commit under its tag or read its confs.
+        # no statement but the fence's own may commit under its tag or read its confs. One
+        # that fails stays waiting, so whatever is sent next tries it first again.
         while self.leftovers.deferred and not self.fence_own:
             key = min(self.leftovers.deferred)
-            del self.leftovers.deferred[key]
             logger.debug(f"fenced_spark: RESET {key}, left by the fence's last write, goes first")
-            super().execute(f"RESET {key}")
+            try:
+                super().execute(f"RESET {key}")
+            except Exception as exc:
+                raise DbtRuntimeError(
+                    f"RESET {key} failed on this Thrift session, so the statement after it was "
+                    f"not sent: the fence's last write set {key}, and no other statement runs "
+                    f"until it is reset. {exc}"
+                ) from exc
+            del self.leftovers.deferred[key]
         super().execute(sql, bindings)
 
     def close(self) -> None:
@@ -436,9 +444,14 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         # A statement that no longer runs (a temp view over a table a model has dropped since)
         # must not fail models that do not use it; one that does fails on its own.
         leftovers = self._leftovers()
+        handle = self.get_thread_connection().handle
+        # Never ahead of the RESETs the fence's last write left waiting (thrift.py).
+        own = getattr(handle, "fence_own", None)
         try:
             if leftovers is not None:
                 leftovers.replaying = True
+            if own:
+                handle.fence_own = False
             super().add_query(sql, auto_begin=False)
         except DbtRuntimeError as exc:
             logger.warning(
@@ -449,6 +462,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         finally:
             if leftovers is not None:
                 leftovers.replaying = False
+            if own:
+                handle.fence_own = own
 
     @classmethod
     def _close_handle(cls, connection: Connection) -> None:

@@ -248,10 +248,10 @@ class FenceSql:
                 confs.fence_set[key] = confs.deferred.pop(key)
                 logger.debug(f"fenced_spark: {key} still holds `{value}` (its RESET waited)")
                 return
-            confs.deferred.pop(key, None)  # this SET or RESET replaces the one waiting
         with self.connections.fence_own():
             self.execute(set_conf_sql(key, value))
         if thrift_session and key in _DEFERRABLE:
+            handle.leftovers.deferred.pop(key, None)  # replaced by this SET or RESET once sent
             if value is None:
                 handle.leftovers.fence_set.pop(key, None)
             else:
@@ -277,7 +277,8 @@ class FenceSql:
         return str(self.fetch("SELECT current_database()")[0][0])
 
     def location(self, table: str) -> str:
-        names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
+        with self.connections.fence_own():
+            names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
         return str(dict(zip(names, rows[0], strict=True))["location"])
 
     def log(

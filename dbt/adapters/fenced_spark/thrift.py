@@ -140,7 +140,18 @@ class Leftovers:
 
     @property
     def clean(self) -> bool:
-        return self.reusable and not (self._confs - self.deferred.keys()) and not self._views
+        return (
+            self.reusable
+            and not (self._confs - self.deferred.keys())
+            and not self._views
+            and not any(self._reset_spoils(key) for key in self.deferred)
+        )
+
+    def _reset_spoils(self, key: str) -> bool:
+        """Whether a RESET of `key` leaves the session unlike a new one: the profile or the
+        run's hooks set it (or may have, unread), or RESET does not undo it."""
+        lower = key.lower()
+        return lower in self._theirs or self._theirs_unread or bool(_STICKY.match(lower))
 
     def untouched(self, key: str) -> bool:
         """Whether the session holds the server's own value of `key`: nothing set it."""
@@ -173,8 +184,7 @@ class Leftovers:
                 self.reusable = False
             self._confs.add(key)
         elif reset := _RESET_KEY.match(body):
-            key = _unquoted(reset.group(1)).lower()
-            if key in self._theirs or self._theirs_unread or _STICKY.match(key):
+            if self._reset_spoils(_unquoted(reset.group(1))):
                 self.reusable = False
         elif view := _TEMP_VIEW.match(body):
             name = _view_name(view.group(4))
