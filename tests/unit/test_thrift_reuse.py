@@ -646,3 +646,34 @@ def test_a_waiting_reset_of_a_key_the_runs_hooks_may_have_set_closes_the_session
     handle.leftovers.replaying = False
     strict_write(FenceSql(Manager(handle)), "a", "insert into s.t select 1")
     assert handle.leftovers.deferred and not handle.leftovers.clean
+
+
+def test_a_set_that_failed_leaves_the_reset_waiting(monkeypatch, sent):
+    handle = wrapper(FakePyhive())
+    fence = FenceSql(Manager(handle))
+    strict_write(fence, "a", "insert into s.t select 1")
+
+    def refused(self, sql, bindings):
+        raise DbtRuntimeError("SET refused")
+
+    monkeypatch.setattr(PyhiveConnectionWrapper, "_execute_with_polling", refused)
+    with pytest.raises(DbtRuntimeError):
+        fence.set_session_conf(TAG, "b")
+    assert handle.leftovers.deferred == {TAG: "a", ATTEMPTS: "0"}
+
+
+def test_the_runs_hook_statements_are_replayed_after_the_waiting_resets(monkeypatch, sent):
+    handle = wrapper(FakePyhive())
+    strict_write(FenceSql(Manager(handle)), "a", "insert into s.t select 1")
+    manager = object.__new__(FencedSparkConnectionManager)
+    monkeypatch.setattr(manager, "get_thread_connection", lambda: SimpleNamespace(handle=handle))
+
+    def add_query(self, sql, auto_begin=True):
+        handle.fence_own = True  # as inside the fence's own read that primes the session
+        handle.execute(sql)
+
+    monkeypatch.setattr(SparkConnectionManager, "add_query", add_query)
+    manager._replay("set spark.sql.shuffle.partitions=7")
+    assert sent[3:] == [f"RESET {TAG}", f"RESET {ATTEMPTS}", "set spark.sql.shuffle.partitions=7"]
+    assert not handle.leftovers._theirs_unread  # the RESETs were not taken for the hooks
+    assert not handle.leftovers.deferred

@@ -242,10 +242,15 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
         return self
 
     def execute(self, sql: str, bindings: Any = None) -> None:
-        # The RESETs the fence's last write left waiting (thrift.Leftovers.deferred) go first:
-        # no statement but the fence's own may commit under its tag or read its confs. One
-        # that fails stays waiting, so whatever is sent next tries it first again.
-        while self.leftovers.deferred and not self.fence_own:
+        # No statement but the fence's own may commit under its tag or read its confs.
+        if not self.fence_own:
+            self.send_deferred()
+        super().execute(sql, bindings)
+
+    def send_deferred(self) -> None:
+        """The RESETs the fence's last write left waiting (thrift.Leftovers.deferred). One that
+        fails stays waiting, so whatever is sent next tries it first again."""
+        while self.leftovers.deferred:
             key = min(self.leftovers.deferred)
             logger.debug(f"fenced_spark: RESET {key}, left by the fence's last write, goes first")
             try:
@@ -253,11 +258,11 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
             except Exception as exc:
                 raise DbtRuntimeError(
                     f"RESET {key} failed on this Thrift session, so the statement after it was "
-                    f"not sent: the fence's last write set {key}, and no other statement runs "
-                    f"until it is reset. {exc}"
+                    f"not sent: the fence's last write set {key}, and nothing but the fence's "
+                    f"own reads runs in this session until it is reset. "
+                    f"{getattr(exc, 'msg', exc)}"
                 ) from exc
             del self.leftovers.deferred[key]
-        super().execute(sql, bindings)
 
     def close(self) -> None:
         # dbt closes a connection after each node: a session that left nothing is kept.
@@ -445,13 +450,12 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         # must not fail models that do not use it; one that does fails on its own.
         leftovers = self._leftovers()
         handle = self.get_thread_connection().handle
-        # Never ahead of the RESETs the fence's last write left waiting (thrift.py).
-        own = getattr(handle, "fence_own", None)
+        if isinstance(handle, BackoffPyhiveConnectionWrapper):
+            # Never after a hook's statement: the RESETs the fence's last write left waiting.
+            handle.send_deferred()
         try:
             if leftovers is not None:
                 leftovers.replaying = True
-            if own:
-                handle.fence_own = False
             super().add_query(sql, auto_begin=False)
         except DbtRuntimeError as exc:
             logger.warning(
@@ -462,8 +466,6 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         finally:
             if leftovers is not None:
                 leftovers.replaying = False
-            if own:
-                handle.fence_own = own
 
     @classmethod
     def _close_handle(cls, connection: Connection) -> None:
