@@ -241,6 +241,21 @@ class FenceClock:
 
         return timed
 
+    def _timed_conf(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        # Counted only where it sent a statement or conf call: over Thrift a RESET may wait for
+        # a later statement, and a SET of what the session still holds is not sent (FenceSql).
+        @wraps(send)
+        def timed(runner: Any, *args: Any, **kwargs: Any) -> Any:
+            sent = runner.connections.statements_sent()
+            try:
+                with self._log_read(count=0, kind=SET_RESET):
+                    return send(runner, *args, **kwargs)
+            finally:
+                if runner.connections.statements_sent() > sent:
+                    self._add(SET_RESET, 0.0)
+
+        return timed
+
     @contextmanager
     def reading_log(self) -> Iterator[None]:
         """Also the fence's conf settings: on the session and over Connect they go through the
@@ -251,7 +266,7 @@ class FenceClock:
         LogTail.latest_version = self._timed(originals["latest_version"])  # type: ignore[method-assign]
         LogTail.commits_since = self._timed(originals["commits_since"])  # type: ignore[method-assign]
         LogTail.recent = self._timed_lazily(originals["recent"])  # type: ignore[method-assign]
-        FenceSql.send_conf = self._timed(set_conf, SET_RESET)  # type: ignore[method-assign]
+        FenceSql.send_conf = self._timed_conf(set_conf)  # type: ignore[method-assign]
         try:
             yield
         finally:

@@ -1,9 +1,11 @@
-"""The bootstrap interval of the median that bench/report.py prints for part 1."""
+"""The bootstrap interval of the median that bench/report.py prints for part 1, and what the
+fence's own time counts."""
 
 import random
 import statistics
+from types import SimpleNamespace
 
-from bench.pairs import median_interval
+from bench.pairs import SET_RESET, FenceClock, median_interval
 
 
 def test_interval_contains_the_median() -> None:
@@ -32,3 +34,19 @@ def test_known_interval() -> None:
 def test_fixed_seed_redraws_the_same() -> None:
     ratios = [0.91, 1.10, 0.97, 1.03, 1.0, 0.95, 1.06]
     assert median_interval(ratios) == median_interval(list(ratios))
+
+
+def test_a_conf_call_that_sent_nothing_is_not_counted_as_a_statement():
+    sent = [0]
+    runner = SimpleNamespace(connections=SimpleNamespace(statements_sent=lambda: sent[0]))
+
+    def send_conf(runner, key, value):
+        if value is not None:  # a RESET that waits for a later statement sends nothing
+            sent[0] += 1
+
+    clock = FenceClock()
+    timed = clock._timed_conf(send_conf)
+    timed(runner, "k", "v")
+    timed(runner, "k", None)
+    seconds, counts = clock.take()
+    assert counts[SET_RESET] == 1 and seconds[SET_RESET] >= 0
