@@ -3,7 +3,6 @@ doubling up to the profile's poll_interval, not after poll_interval itself; stat
 read or set only metadata are answered in the ExecuteStatement call (no server: a cursor that
 reports RUNNING a given number of times)."""
 
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
@@ -247,9 +246,7 @@ def test_a_nested_polled_read_gives_the_outer_one_back(sleeps):
 )
 def test_the_fence_answers_at_once_only_what_runs_no_spark_job(sql, at_once):
     asked = []
-    connections = SimpleNamespace(
-        fetch_rows=lambda sql, short: asked.append(short) or ([], []), fence_own=nullcontext
-    )
+    connections = SimpleNamespace(fetch_rows=lambda sql, short: asked.append(short) or ([], []))
     FenceSql(connections).fetch(sql)  # type: ignore[arg-type]
     assert asked == [at_once]
 

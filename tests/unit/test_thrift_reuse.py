@@ -534,7 +534,8 @@ class Manager:
         self.connection.handle.execute(sql)
 
     def fetch_rows(self, sql, at_once=False):
-        self.add_query(sql)
+        with self.fence_own():  # as FencedSparkConnectionManager.fetch_rows
+            self.add_query(sql)
         return [], []
 
     def session_may_have_committed(self):

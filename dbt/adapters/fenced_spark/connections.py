@@ -583,8 +583,9 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         return result
 
     def fetch_rows(self, sql: str, at_once: bool = False) -> tuple[list[str], list[Any]]:
-        """Raw rows with their column names; Delta's history has maps that agate would mangle."""
-        with self.at_once(at_once):
+        """The fence's reads, raw rows with their column names (Delta's history has maps that
+        agate would mangle); they go ahead of the RESETs its last write left waiting."""
+        with self.at_once(at_once), self.fence_own():
             _, cursor = self.add_query(sql, auto_begin=False)
         names = [column[0] for column in cursor.description]
         return names, list(cursor.fetchall() or [])

@@ -134,15 +134,13 @@ class FenceSql:
         self.connections.add_query(sql, auto_begin=False)
 
     def history(self, table: str, limit: int) -> list[Commit]:
-        with self.connections.fence_own():
-            names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
+        names, rows = self.connections.fetch_rows(f"DESCRIBE HISTORY {table} LIMIT {limit}")
         return parse_history(names, rows)
 
     def fetch(self, sql: str) -> list[Sequence[Any]]:
         # Answered at once over Thrift where no Spark job runs (_NO_JOB); its reads of commit
         # files and of rows are jobs, which may wait behind others' on a shared cluster: polled.
-        with self.connections.fence_own():
-            return list(self.connections.fetch_rows(sql, first_word(sql) in _NO_JOB)[1])
+        return list(self.connections.fetch_rows(sql, first_word(sql) in _NO_JOB)[1])
 
     def any_row(self, sql: str) -> bool:
         return bool(self.fetch(sql))
@@ -236,26 +234,26 @@ class FenceSql:
 
     def _send_sql_conf(self, key: str, value: str | None) -> None:
         handle = self.connections.get_thread_connection().handle
-        thrift_session = isinstance(handle, BackoffPyhiveConnectionWrapper)
-        if thrift_session and key in _DEFERRABLE:
+        confs = None
+        if isinstance(handle, BackoffPyhiveConnectionWrapper) and key in _DEFERRABLE:
             confs = handle.leftovers
-            if value is None and key in confs.fence_set:
-                # Between the fence's SET and this RESET only the statement it tags ran.
-                confs.deferred[key] = confs.fence_set.pop(key)
-                logger.debug(f"fenced_spark: RESET {key} waits for a statement not the fence's")
-                return
-            if value is not None and confs.deferred.get(key) == value:
-                confs.fence_set[key] = confs.deferred.pop(key)
-                logger.debug(f"fenced_spark: {key} still holds `{value}` (its RESET waited)")
-                return
+        if confs is not None and value is None and key in confs.fence_set:
+            # Between the fence's SET and this RESET only the statement it tags ran.
+            confs.deferred[key] = confs.fence_set.pop(key)
+            logger.debug(f"fenced_spark: RESET {key} waits for a statement not the fence's")
+            return
+        if confs is not None and value is not None and confs.deferred.get(key) == value:
+            confs.fence_set[key] = confs.deferred.pop(key)
+            logger.debug(f"fenced_spark: {key} still holds `{value}` (its RESET waited)")
+            return
         with self.connections.fence_own():
             self.execute(set_conf_sql(key, value))
-        if thrift_session and key in _DEFERRABLE:
-            handle.leftovers.deferred.pop(key, None)  # replaced by this SET or RESET once sent
+        if confs is not None:
+            confs.deferred.pop(key, None)  # replaced by this SET or RESET once sent
             if value is None:
-                handle.leftovers.fence_set.pop(key, None)
+                confs.fence_set.pop(key, None)
             else:
-                handle.leftovers.fence_set[key] = value
+                confs.fence_set[key] = value
 
     def reconnect(self) -> None:
         # The embedded session lives as long as the process; a Connect session or a Thrift
@@ -277,8 +275,7 @@ class FenceSql:
         return str(self.fetch("SELECT current_database()")[0][0])
 
     def location(self, table: str) -> str:
-        with self.connections.fence_own():
-            names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
+        names, rows = self.connections.fetch_rows(f"DESCRIBE DETAIL {table}")
         return str(dict(zip(names, rows[0], strict=True))["location"])
 
     def log(
