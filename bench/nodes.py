@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.lakehouse import Lakehouse, build_source, rows_label
-from bench.pairs import model_seconds
+from bench.pairs import carryover_balanced, model_seconds
 from dbt.adapters.fenced_spark import connect, thrift
 
 MODELS = tuple(f"bench_node_{i}" for i in range(1, 5))
@@ -141,8 +141,7 @@ def run(house: Lakehouse, rows: int, batches: int, warmup: int) -> Nodes:
         )
     names = list(RUNS)
     for batch in range(1, warmup + batches + 1):
-        shift = (batch - 1) % len(names)  # rotated, as part 1's server runs
-        for name in names[shift:] + names[:shift]:
+        for name in carryover_balanced(names, batch):  # as part 1's server runs
             measured = _measure(house, name, batch, rows)
             (result.warmup if batch <= warmup else result.runs).append(measured)
             nodes = " ".join(f"{s:.2f}" for s in measured.nodes)

@@ -347,12 +347,29 @@ def measure(house: Lakehouse, clock: FenceClock, model: str, batch: int, tag: st
     return pair_of(batch, runs["stock"], runs["fenced"])
 
 
+def carryover_balanced(names: Sequence[str], batch: int) -> list[str]:
+    """The order of batch `batch`'s runs, from a Williams design: over a cycle of len(names)
+    batches (twice that for an odd count) each run goes first, second, ... equally often and
+    directly follows each other run equally often. A plain rotation keeps who follows whom
+    fixed: a run that always follows the same other run inherits that run's aftermath (a
+    server's GC, its cleanup of a MERGE's materialized source) in every pair."""
+    n = len(names)
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(i + shift) % n for i in first] for shift in range(n)]
+    if n % 2:
+        rows += [row[::-1] for row in rows]
+    return [names[i] for i in rows[(batch - 1) % len(rows)]]
+
+
 def server_order(batch: int, methods: Sequence[str] = SERVER_METHODS) -> list[str]:
-    # Rotated per batch: each run goes first, second and third equally often, so drift over
-    # the series and the cost of going first after another server's run spread evenly.
     names = [name for name in SERVER_RUNS if name in SERVER_STOCKS.values() or name in methods]
-    shift = (batch - 1) % len(names)
-    return names[shift:] + names[:shift]
+    return carryover_balanced(names, batch)
 
 
 def measure_servers(

@@ -63,9 +63,9 @@ SIZES = {
         warmup=1,
         server_rows=(100_000,),
         # Four runs per batch over the servers (two stocks, Thrift, Connect). Single pairs spread
-        # 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4 wide; 15 would double
-        # part 1's time.
-        server_pairs=9,
+        # 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4 wide. A multiple of 4
+        # and 6: whole cycles of the orders of four runs and of three (pairs.carryover_balanced).
+        server_pairs=12,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,
         jobs_rows=10_000,
@@ -81,7 +81,7 @@ SIZES = {
         pairs=15,
         warmup=1,
         server_rows=(100_000, 2_000_000),
-        server_pairs=15,
+        server_pairs=24,  # whole cycles, as at ci
         history_commits=(10, 1_000, 10_000),
         history_reps=15,
         jobs_rows=100_000,

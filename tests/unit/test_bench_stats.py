@@ -1,11 +1,13 @@
 """The bootstrap interval of the median that bench/report.py prints for part 1, and what the
 fence's own time counts."""
 
+import itertools
 import random
 import statistics
+from collections import Counter
 from types import SimpleNamespace
 
-from bench.pairs import SET_RESET, FenceClock, median_interval
+from bench.pairs import SET_RESET, FenceClock, carryover_balanced, median_interval
 
 
 def test_interval_contains_the_median() -> None:
@@ -50,3 +52,16 @@ def test_a_conf_call_that_sent_nothing_is_not_counted_as_a_statement():
     timed(runner, "k", None)
     seconds, counts = clock.take()
     assert counts[SET_RESET] == 1 and seconds[SET_RESET] >= 0
+
+
+def test_each_server_run_follows_each_other_equally_often_over_a_cycle() -> None:
+    for names in (["s", "p", "t", "c"], ["s", "p", "t"], ["s", "t", "tn", "c", "cn"]):
+        cycle = len(names) * (1 if len(names) % 2 == 0 else 2)
+        orders = [carryover_balanced(names, batch) for batch in range(1, cycle + 1)]
+        assert all(sorted(order) == sorted(names) for order in orders)
+        follows = Counter((a, b) for order in orders for a, b in itertools.pairwise(order))
+        assert set(follows) == {(a, b) for a in names for b in names if a != b}
+        assert len(set(follows.values())) == 1
+        places = Counter((i, name) for order in orders for i, name in enumerate(order))
+        assert len(set(places.values())) == 1
+        assert carryover_balanced(names, cycle + 1) == orders[0]
