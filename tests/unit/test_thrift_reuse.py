@@ -5,6 +5,7 @@ functional proof is test_statements.py over a real Thrift server."""
 from types import SimpleNamespace
 
 import pytest
+from dbt.adapters.spark import connections as spark_connections
 from dbt.adapters.spark.connections import PyhiveConnectionWrapper, SparkConnectionManager
 from dbt_common.exceptions import DbtRuntimeError
 
@@ -678,3 +679,29 @@ def test_the_runs_hook_statements_are_replayed_after_the_waiting_resets(monkeypa
     assert sent[3:] == [f"RESET {TAG}", f"RESET {ATTEMPTS}", "set spark.sql.shuffle.partitions=7"]
     assert not handle.leftovers._theirs_unread  # the RESETs were not taken for the hooks
     assert not handle.leftovers.deferred
+
+
+def test_a_waiting_reset_ahead_of_the_fences_write_keeps_the_profiles_retries(monkeypatch, sent):
+    handle = wrapper(FakePyhive())
+    handle.query_retries = 1
+    fence = FenceSql(Manager(handle))
+    strict_write(fence, "a", "insert into s.t select 1")
+    fence.set_session_conf(TAG, "b")  # a merge sets only its tag
+    lost: list[str] = []
+
+    def lost_once(self, sql, bindings):
+        sent.append(sql)
+        if sql.startswith("RESET") and not lost:
+            lost.append(sql)
+            raise EOFError("connection lost")
+
+    monkeypatch.setattr(PyhiveConnectionWrapper, "_execute_with_polling", lost_once)
+    monkeypatch.setattr(spark_connections.time, "sleep", lambda seconds: None)
+    manager = object.__new__(FencedSparkConnectionManager)
+    monkeypatch.setattr(manager, "get_thread_connection", lambda: SimpleNamespace(handle=handle))
+    merge = "merge into s.t using v on false when not matched then insert *"
+    with manager.single_attempt():
+        assert handle.query_retries == 0  # the write itself is sent once
+        fence.execute(merge)
+    assert sent[3:] == [f"SET {TAG}=`b`", f"RESET {ATTEMPTS}", f"RESET {ATTEMPTS}", merge]
+    assert handle.query_retries == 1 and not handle.leftovers.deferred

@@ -519,6 +519,9 @@ class FencedSparkConnectionManager(SparkConnectionManager):
     def single_attempt(self) -> Iterator[None]:
         """A fenced write runs exactly once: dbt-spark's query_retries may not replay it."""
         handle = self.get_thread_connection().handle
+        if isinstance(handle, BackoffPyhiveConnectionWrapper):
+            # The RESETs waiting to go ahead of the write are not the write: they keep retries.
+            handle.send_deferred()
         saved = getattr(handle, "query_retries", None)
         if saved is not None:
             handle.query_retries = 0
