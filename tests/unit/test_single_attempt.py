@@ -1,18 +1,21 @@
 """A fenced write is never replayed by dbt-spark's query_retries, and fence_retries waits its
 turn between attempts."""
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from types import SimpleNamespace
 
 import pytest
 
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.protocol import (
     BACKOFF_CAP_SECONDS,
     Fence,
     FenceState,
     backoff_turns,
 )
+from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
+from tests.unit.delta_fake import FakeTable
 
 
 class Manager(FencedSparkConnectionManager):
@@ -117,3 +120,36 @@ def test_no_read_once_the_wait_is_over():
 def test_an_unreadable_history_waits_out_the_time_and_leaves_the_error_to_the_retry():
     seconds, reads = waited(turns=2, slot=1.0, broken=True)
     assert seconds == pytest.approx(2.0) and reads > 1
+
+
+class Recorded(FakeTable):
+    """Each statement with whether it was sent inside the fence's single attempt."""
+
+    def __init__(self):
+        super().__init__()
+        self.once = False
+        self.sent: list[tuple[str, bool]] = []
+
+    @contextmanager
+    def single_attempt(self):
+        self.once = True
+        try:
+            yield
+        finally:
+            self.once = False
+
+    def execute(self, sql):
+        self.sent.append((sql, self.once))
+        super().execute(sql)
+
+
+def test_only_the_write_and_the_revert_restores_are_sent_once():
+    table = Recorded()
+    fence = Fence(table, table.single_attempt, rng=lambda: 0.0)
+    read = FenceState("`a`.`t`", "a.t", "append_if_unchanged", 0, 0, "inv", "model.p.t")
+    table.before = lambda sql: table.foreign("theirs")  # a blind append during our write
+    with pytest.raises(FenceViolation):
+        fence.write(read, "insert into t select 1")
+    once = [sql.split()[0] for sql, inside in table.sent if inside]
+    assert once == ["insert", "RESTORE"]  # the RESTORE puts theirs back: nothing else is
+    assert (f"RESET {LAST_COMMIT}", False) in table.sent  # a conf, sent with the retries

@@ -705,3 +705,15 @@ def test_a_waiting_reset_ahead_of_the_fences_write_keeps_the_profiles_retries(mo
         fence.execute(merge)
     assert sent[3:] == [f"SET {TAG}=`b`", f"RESET {ATTEMPTS}", f"RESET {ATTEMPTS}", merge]
     assert handle.query_retries == 1 and not handle.leftovers.deferred
+
+
+def test_a_kept_sessions_waiting_reset_opens_a_cursor_if_none_is_open(monkeypatch, sent):
+    pyhive = FakePyhive()
+    handle = wrapper(pyhive)
+    handle.leftovers.deferred[ATTEMPTS] = "0"
+    handle.reused()  # no cursor until dbt opens one for its statement
+    manager = object.__new__(FencedSparkConnectionManager)
+    monkeypatch.setattr(manager, "get_thread_connection", lambda: SimpleNamespace(handle=handle))
+    with manager.single_attempt():
+        pass
+    assert sent == [f"RESET {ATTEMPTS}"] and len(pyhive.cursors) == 1

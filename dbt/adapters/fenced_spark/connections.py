@@ -250,6 +250,8 @@ class BackoffPyhiveConnectionWrapper(PyhiveConnectionWrapper):
     def send_deferred(self) -> None:
         """The RESETs the fence's last write left waiting (thrift.Leftovers.deferred). One that
         fails stays waiting, so whatever is sent next tries it first again."""
+        if self.leftovers.deferred and self._cursor is None:
+            self.cursor()  # sent before dbt opened a cursor (a kept session's first statement)
         while self.leftovers.deferred:
             key = min(self.leftovers.deferred)
             logger.debug(f"fenced_spark: RESET {key}, left by the fence's last write, goes first")

@@ -319,15 +319,17 @@ class Fence:
         state = self.precheck(state)
         finished = False
         try:
-            with self.tagged(state, "write"), self.single_attempt():
+            with self.tagged(state, "write"):
+                # Not the write: sent with the profile's query_retries, as a SET is.
                 self.runner.set_session_conf(LAST_COMMIT, None)
-                self.watching_commits = True
-                try:
-                    self.runner.execute(sql)
-                except Exception as exc:
-                    if conflict_name(exc) is None:
-                        raise
-                    conflict = exc
+                with self.single_attempt():
+                    self.watching_commits = True
+                    try:
+                        self.runner.execute(sql)
+                    except Exception as exc:
+                        if conflict_name(exc) is None:
+                            raise
+                        conflict = exc
                 finished = True
         except Exception as failed:
             if not finished:

@@ -203,7 +203,8 @@ def tagged_restore(
     may have committed first), and the statement's error."""
     failed = None
     try:
-        with fence.tagged(state, step, strict=True):
+        # Once: a RESTORE replayed after a lost connection would commit a second time.
+        with fence.tagged(state, step, strict=True), fence.single_attempt():
             fence.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
     except Exception as exc:
         failed = reason(exc)
