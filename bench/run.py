@@ -64,7 +64,8 @@ SIZES = {
         server_rows=(100_000,),
         # Four runs per batch over the servers (two stocks, Thrift, Connect). Single pairs spread
         # 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4 wide. A multiple of 4
-        # and 6: whole cycles of the orders of four runs and of three (pairs.carryover_balanced).
+        # and 6: whole cycles of the orders of four runs and of three (pairs.carryover_balanced);
+        # part 8's five runs cycle in 10, so two of its orders come once more than the rest.
         server_pairs=12,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,
