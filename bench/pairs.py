@@ -367,9 +367,13 @@ def carryover_balanced(names: Sequence[str], batch: int) -> list[str]:
     return [names[i] for i in rows[(batch - 1) % len(rows)]]
 
 
-def server_order(batch: int, methods: Sequence[str] = SERVER_METHODS) -> list[str]:
-    names = [name for name in SERVER_RUNS if name in SERVER_STOCKS.values() or name in methods]
-    return carryover_balanced(names, batch)
+def server_order(
+    batch: int,
+    methods: Sequence[str] = SERVER_METHODS,
+    stocks: Sequence[str] = tuple(SERVER_STOCKS),
+) -> list[str]:
+    runs = {SERVER_STOCKS[stock] for stock in stocks} | set(methods)
+    return carryover_balanced([name for name in SERVER_RUNS if name in runs], batch)
 
 
 def measure_servers(
@@ -380,15 +384,16 @@ def measure_servers(
     tag: str,
     methods: Sequence[str] = SERVER_METHODS,
     work: int = 0,
+    stocks: Sequence[str] = tuple(SERVER_STOCKS),
 ) -> dict[tuple[str, str], Pair]:
     runs = {
         name: timed_run(house, clock, model, batch, tag, SERVER_RUNS[name], work)
-        for name in server_order(batch, methods)
+        for name in server_order(batch, methods, stocks)
     }
     return {
-        (method, stock): pair_of(batch, runs[run], runs[method])
+        (method, stock): pair_of(batch, runs[SERVER_STOCKS[stock]], runs[method])
         for method in methods
-        for stock, run in SERVER_STOCKS.items()
+        for stock in stocks
     }
 
 
@@ -405,18 +410,20 @@ def _print_servers(
     tag: str, strategy: str, measured: dict[tuple[str, str], Pair], warm: bool
 ) -> None:
     batch = next(iter(measured.values())).batch
-    stocks = "".join(
-        f"  stock {stock} {measured[('thrift', stock)].stock:6.2f}s" for stock in SERVER_STOCKS
+    methods = list(dict.fromkeys(method for method, _ in measured))
+    stocks = list(dict.fromkeys(stock for _, stock in measured))
+    shown = "".join(
+        f"  stock {stock} {measured[(methods[0], stock)].stock:6.2f}s" for stock in stocks
     )
     fenced = "".join(
         f"  {method} {p.fenced:6.2f}s ({p.ratio:.3f}, fence's own {p.fence * 1000:4.0f} ms)"
         for (method, stock), p in measured.items()
         if stock == "thrift"
     )
-    methods = sorted({method for method, _ in measured})
+    order = " ".join(server_order(batch, methods, stocks))
     print(
-        f"  {tag} {strategy:<20} batch {batch} ({' '.join(server_order(batch, methods))}):"
-        f"{stocks}{fenced}" + ("  (warm-up)" if warm else ""),
+        f"  {tag} {strategy:<20} batch {batch} ({order}):"
+        f"{shown}{fenced}" + ("  (warm-up)" if warm else ""),
         flush=True,
     )
 
@@ -452,11 +459,18 @@ def server_series(
     methods: Sequence[str] = SERVER_METHODS,
     strategies: Sequence[str] = tuple(STRATEGIES),
     work: int = 0,
+    stocks: Sequence[str] = tuple(SERVER_STOCKS),
 ) -> list[Series]:
     out = []
-    tag = rows_label(rows) + ("_long" if work else "")
-    # Each server has its own metastore and warehouse: each gets the same source.
-    for kind in methods:
+    # Its own tables for each set of runs: stock's table starts afresh with the fenced one's.
+    tag = (
+        rows_label(rows)
+        + ("_long" if work else "")
+        + "".join(f"_{m}" for m in methods if m != "thrift")
+    )
+    # Each server has its own metastore and warehouse: each gets the same source. Stock runs
+    # over Thrift.
+    for kind in dict.fromkeys(("thrift", *methods)):
         build_source(
             lambda sql, kind=kind: house.server_sql(kind, sql),
             f"bench_src_{tag}",
@@ -468,13 +482,13 @@ def server_series(
         series = {
             (m, st): Series(rows, strategy, stock_strategy, method=m, stock=st, work=work)
             for m in methods
-            for st in SERVER_STOCKS
+            for st in stocks
         }
-        for name in server_order(1, methods):
+        for name in server_order(1, methods, stocks):
             target = SERVER_RUNS[name]
             house.dbt("run", "--full-refresh", "--select", model, target=target, tag=tag)
         for batch in range(1, warmup + pairs + 1):
-            measured = measure_servers(house, clock, model, batch, tag, methods, work)
+            measured = measure_servers(house, clock, model, batch, tag, methods, work, stocks)
             for method, pair in measured.items():
                 s = series[method]
                 (s.warmup if batch <= warmup else s.pairs).append(pair)
@@ -525,7 +539,14 @@ def run(
         if servers:
             server_sizes, server_pairs = servers
             for rows in server_sizes:
-                out += server_series(house, clock, rows, server_pairs, warmup)
+                # Over Thrift and over Connect in batches of their own: on one machine a run
+                # right after the other server's pays for that JVM's aftermath (its GC, the
+                # cleanup of a MERGE's materialized source), which a cluster's servers do not
+                # share. Fenced over Connect is compared with stock on the default profile.
+                out += server_series(house, clock, rows, server_pairs, warmup, ("thrift",))
+                out += server_series(
+                    house, clock, rows, server_pairs, warmup, ("connect",), stocks=("thrift",)
+                )
             work = long_write_work(house)
             print(f"  long write: {work:,} rows of busy work", flush=True)
             out += server_series(

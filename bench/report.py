@@ -398,13 +398,17 @@ def _servers_prose(r: Results) -> list[str]:
         " the venv's Spark build with the session's Delta jars and configuration, each server"
         " its own JVM, metastore and warehouse) each get the same source table. Each batch then"
         " runs stock over Thrift on dbt-spark's default profile (`poll_interval` 5 s, what its"
-        " users run), stock over Thrift with `poll_interval: 1` (its own table), fenced over"
-        " Thrift on the default profile and fenced over Connect, in an order that changes per"
-        " batch (a Williams design, `pairs.carryover_balanced`): over each four batches every run"
-        " goes first, second, third and last once, and directly follows each other run once, so"
-        " that drift, going first and the aftermath of the run before spread evenly over the"
-        " four (before 2026-11-28 the order was rotated, which spread going first but left each"
-        " run always after the same other run). Stock dbt-spark has no"
+        " users run), stock over Thrift with `poll_interval: 1` (its own table) and fenced over"
+        " Thrift on the default profile, in an order that changes per batch (a Williams design,"
+        " `pairs.carryover_balanced`): over each six batches every run takes each place twice"
+        " and directly follows each other run twice, so that drift, going first and the"
+        " aftermath of the run before spread evenly over the three (before 2026-11-28 the order"
+        " was rotated, which spread going first but left each run always after the same other"
+        " run). Then, on tables of their own, stock over Thrift on the default profile and"
+        " fenced over Connect, taking turns to go first. Since 2026-11-29 the two series no"
+        " longer share batches: on one machine a run right after the other server's pays for"
+        " that JVM's aftermath (its GC, the cleanup of a MERGE's materialized source), which a"
+        " cluster's servers do not share. Stock dbt-spark has no"
         " Connect method, so fenced over Connect is"
         " compared with stock over Thrift on the same server build: that ratio holds the two"
         " protocols' difference as well as the fence, and the fence's own time over Connect"
@@ -469,7 +473,8 @@ def _servers_reading(r: Results) -> str:
         )
 
     def protocols() -> str:
-        # The same batch's fenced runs, Connect over Thrift: the protocols, the fence on both.
+        # The same source batch's fenced runs, Connect over Thrift: the protocols, the fence on
+        # both.
         thrift = {
             s.strategy: s
             for s in r.pairs
@@ -492,8 +497,9 @@ def _servers_reading(r: Results) -> str:
         "Over the servers, median fenced/stock (95% CI), stock over Thrift on dbt-spark's"
         f" default profile in both: fenced over Thrift {figures('thrift')}. Fenced over Connect"
         f" {figures('connect')}. Against stock with `poll_interval: 1`: fenced over Thrift"
-        f" {figures('thrift', POLL_1S)}; fenced over Connect {figures('connect', POLL_1S)}."
-        f" Fenced over Connect against fenced over Thrift on the same batch: {protocols()}."
+        f" {figures('thrift', POLL_1S)}."
+        f" Fenced over Connect against fenced over Thrift on the same batch of the source (each"
+        f" in its own series): {protocols()}."
     )
 
 

@@ -62,10 +62,11 @@ SIZES = {
         pairs=15,
         warmup=1,
         server_rows=(100_000,),
-        # Four runs per batch over the servers (two stocks, Thrift, Connect). Single pairs spread
-        # 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4 wide. A multiple of 4
-        # and 6: whole cycles of the orders of four runs and of three (pairs.carryover_balanced);
-        # part 8's five runs cycle in 10, so two of its orders come once more than the rest.
+        # Three runs per batch over Thrift (two stocks, fenced), two over Connect (stock, fenced).
+        # Single pairs spread 0.7-1.3 around a ratio near 1.0: 5 pairs left its interval 0.4
+        # wide. A multiple of 6: whole cycles of the orders of three runs and of two
+        # (pairs.carryover_balanced); part 8's five runs cycle in 10, so two of its orders come
+        # once more than the rest.
         server_pairs=12,
         history_commits=(10, 1_000, 10_000),
         history_reps=3,

@@ -7,7 +7,13 @@ import statistics
 from collections import Counter
 from types import SimpleNamespace
 
-from bench.pairs import SET_RESET, FenceClock, carryover_balanced, median_interval
+from bench.pairs import (
+    SET_RESET,
+    FenceClock,
+    carryover_balanced,
+    median_interval,
+    server_order,
+)
 
 
 def test_interval_contains_the_median() -> None:
@@ -65,3 +71,10 @@ def test_each_server_run_follows_each_other_equally_often_over_a_cycle() -> None
         places = Counter((i, name) for order in orders for i, name in enumerate(order))
         assert len(set(places.values())) == 1
         assert carryover_balanced(names, cycle + 1) == orders[0]
+
+
+def test_thrift_and_connect_runs_never_share_a_batch() -> None:
+    for batch in range(1, 13):
+        assert sorted(server_order(batch, ("thrift",))) == ["stock", "stock_poll_1s", "thrift"]
+        assert sorted(server_order(batch, ("connect",), ("thrift",))) == ["connect", "stock"]
+    assert server_order(1, ("connect",), ("thrift",)) != server_order(2, ("connect",), ("thrift",))
