@@ -540,9 +540,9 @@ def run(
             server_sizes, server_pairs = servers
             for rows in server_sizes:
                 # Over Thrift and over Connect in batches of their own: on one machine a run
-                # right after the other server's pays for that JVM's aftermath (its GC, the
-                # cleanup of a MERGE's materialized source), which a cluster's servers do not
-                # share. Fenced over Connect is compared with stock on the default profile.
+                # right after the other server's shares it with that JVM's aftermath (its GC,
+                # the cleanup of a MERGE's materialized source), which a cluster's servers do
+                # not share. Fenced over Connect is compared with stock on the default profile.
                 out += server_series(house, clock, rows, server_pairs, warmup, ("thrift",))
                 out += server_series(
                     house, clock, rows, server_pairs, warmup, ("connect",), stocks=("thrift",)
