@@ -6,6 +6,7 @@ import re
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -364,7 +365,36 @@ def carryover_balanced(names: Sequence[str], batch: int) -> list[str]:
     rows = [[(i + shift) % n for i in first] for shift in range(n)]
     if n % 2:
         rows += [row[::-1] for row in rows]
+    rows = _chained(rows)
     return [names[i] for i in rows[(batch - 1) % len(rows)]]
+
+
+def _chained(rows: list[list[int]]) -> list[list[int]]:
+    """The rows in an order where a batch's first run never follows itself from the batch
+    before (the cycle wrapping round) and no such pair comes more often than it must: a batch's
+    first run follows the last batch's last run as directly as any two runs in one batch. For
+    three runs each ordered pair comes once; for two, one run must follow itself: as given."""
+    n = len(rows[0])
+    most = -(-len(rows) // (n * (n - 1)))
+    used: Counter[tuple[int, int]] = Counter()
+
+    def search(order: list[int]) -> list[int] | None:
+        if len(order) == len(rows):
+            wrap = (rows[order[-1]][-1], rows[order[0]][0])
+            return order if wrap[0] != wrap[1] and used[wrap] < most else None
+        for i in range(len(rows)):
+            pair = (rows[order[-1]][-1], rows[i][0])
+            if i in order or pair[0] == pair[1] or used[pair] >= most:
+                continue
+            used[pair] += 1
+            found = search([*order, i])
+            if found:
+                return found
+            used[pair] -= 1
+        return None
+
+    order = search([0]) if n > 2 else None
+    return [rows[i] for i in order] if order else rows
 
 
 def server_order(

@@ -392,23 +392,15 @@ def _servers_prose(r: Results) -> list[str]:
     if not servers:
         return []
     sizes = " and ".join(dict.fromkeys(rows_label(s.rows) for s in servers))
+    # Results from before 2026-11-29 (a part measured apart) compared Connect with both stocks.
+    shared = any(s.method == "connect" and s.stock_method == POLL_1S for s in servers)
     return [
         f"*Over the servers* ({sizes} rows): after the session series,"
         " the harness's Spark Thrift Server and Spark Connect server (`tests/harness/servers.py`:"
         " the venv's Spark build with the session's Delta jars and configuration, each server"
-        " its own JVM, metastore and warehouse) each get the same source table. Each batch then"
-        " runs stock over Thrift on dbt-spark's default profile (`poll_interval` 5 s, what its"
-        " users run), stock over Thrift with `poll_interval: 1` (its own table) and fenced over"
-        " Thrift on the default profile, in an order that changes per batch (a Williams design,"
-        " `pairs.carryover_balanced`): over each six batches every run takes each place twice"
-        " and directly follows each other run twice, so that drift, going first and the"
-        " aftermath of the run before spread evenly over the three (before 2026-11-28 the order"
-        " was rotated, which spread going first but left each run always after the same other"
-        " run). Then, on tables of their own, stock over Thrift on the default profile and"
-        " fenced over Connect, taking turns to go first. Since 2026-11-29 the two series no"
-        " longer share batches: on one machine a run right after the other server's shares it"
-        " with that JVM's aftermath (its GC, the cleanup of a MERGE's materialized source), which"
-        " a cluster's servers do not share. Stock dbt-spark has no"
+        " its own JVM, metastore and warehouse) each get the same source table. "
+        + (_shared_batches() if shared else _own_batches())
+        + " Stock dbt-spark has no"
         " Connect method, so fenced over Connect is"
         " compared with stock over Thrift on the same server build: that ratio holds the two"
         " protocols' difference as well as the fence, and the fence's own time over Connect"
@@ -423,6 +415,33 @@ def _servers_prose(r: Results) -> list[str]:
         "",
         *_long_write_prose(r),
     ]
+
+
+def _own_batches() -> str:
+    return (
+        "Each batch then runs stock over Thrift on dbt-spark's default profile (`poll_interval`"
+        " 5 s, what its users run), stock over Thrift with `poll_interval: 1` (its own table) and"
+        " fenced over Thrift on the default profile, in an order that changes per batch (a"
+        " Williams design, `pairs.carryover_balanced`): over each six batches every run takes"
+        " each place twice and directly follows each other run three times, twice within a"
+        " batch and once across the seam from the batch before (no batch starts with the run"
+        " that ended the one before), so that drift, going first and the aftermath of the run"
+        " before spread evenly over the three. Then, on tables of their own, stock over Thrift"
+        " on the default profile and fenced over Connect, taking turns to go first. Since"
+        " 2026-11-29 the two series no longer share batches, and the seams are balanced: on one"
+        " machine a run right after the other server's shares it with that JVM's aftermath (its"
+        " GC, the cleanup of a MERGE's materialized source), which a cluster's servers do not"
+        " share."
+    )
+
+
+def _shared_batches() -> str:
+    return (
+        "Each batch then ran, as before 2026-11-29, stock over Thrift on dbt-spark's default"
+        " profile, stock over Thrift with `poll_interval: 1`, fenced over Thrift and fenced over"
+        " Connect, in a carryover-balanced order within each batch (its seams with the batch"
+        " before were not balanced)."
+    )
 
 
 def _long_write_prose(r: Results) -> list[str]:
@@ -476,7 +495,7 @@ def _servers_reading(r: Results) -> str:
         # The same source batch's fenced runs, Connect over Thrift: the protocols, the fence on
         # both.
         thrift = {
-            s.strategy: s
+            (s.strategy, s.rows): s
             for s in r.pairs
             if s.method == "thrift" and s.stock_method == "thrift" and not s.work
         }
@@ -484,13 +503,15 @@ def _servers_reading(r: Results) -> str:
         for c in (
             s
             for s in r.pairs
-            if s.method == "connect" and s.stock_method == "thrift" and s.strategy in thrift
+            if s.method == "connect"
+            and s.stock_method == "thrift"
+            and (s.strategy, s.rows) in thrift
         ):
-            ratios = [
-                p.fenced / q.fenced for p, q in zip(c.pairs, thrift[c.strategy].pairs, strict=True)
-            ]
+            same = thrift[(c.strategy, c.rows)].pairs
+            ratios = [p.fenced / q.fenced for p, q in zip(c.pairs, same, strict=True)]
             low, high = median_interval(ratios)
-            out.append(f"{c.strategy} {statistics.median(ratios):.3f} ({low:.3f}–{high:.3f})")
+            at = f" at {rows_label(c.rows)}" if len({s.rows for s in thrift.values()}) > 1 else ""
+            out.append(f"{c.strategy}{at} {statistics.median(ratios):.3f} ({low:.3f}–{high:.3f})")
         return ", ".join(out)
 
     return (

@@ -78,3 +78,16 @@ def test_thrift_and_connect_runs_never_share_a_batch() -> None:
         assert sorted(server_order(batch, ("thrift",))) == ["stock", "stock_poll_1s", "thrift"]
         assert sorted(server_order(batch, ("connect",), ("thrift",))) == ["connect", "stock"]
     assert server_order(1, ("connect",), ("thrift",)) != server_order(2, ("connect",), ("thrift",))
+
+
+def test_a_batch_never_starts_with_the_run_that_ended_the_batch_before() -> None:
+    for names in (["s", "p", "t"], ["s", "p", "t", "c"], ["s", "t", "tn", "c", "cn"]):
+        cycle = len(names) * (1 if len(names) % 2 == 0 else 2)
+        orders = [carryover_balanced(names, batch) for batch in range(1, cycle + 1)]
+        seams = Counter(
+            (orders[i][-1], orders[(i + 1) % cycle][0]) for i in range(cycle)
+        )  # the cycle wraps round: batch cycle + 1 is batch 1's order again
+        assert all(a != b for a, b in seams) and max(seams.values()) == 1
+    orders = [carryover_balanced(["s", "p", "t"], batch) for batch in range(1, 7)]
+    seams = {(orders[i][-1], orders[(i + 1) % 6][0]) for i in range(6)}
+    assert len(seams) == 6  # three runs: each ordered pair once at a seam
