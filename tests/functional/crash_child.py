@@ -89,9 +89,9 @@ def instrument(race_sql: str | None) -> None:
         return commits_since(self, table, version)
 
     # A write Delta says committed right above vB is verified without reading the log.
-    def on_verify(self: protocol.Fence, state: Any, conflict: Any) -> Any:
+    def on_verify(self: protocol.Fence, state: Any, conflict: Any, *args: Any) -> Any:
         verifying()
-        return verify(self, state, conflict)
+        return verify(self, state, conflict, *args)
 
     def on_precheck(self: protocol.Fence, state: protocol.FenceState) -> protocol.FenceState:
         step("precheck")

@@ -28,6 +28,7 @@ class HistoryEntry:
     read_version: int | None
     tag: dict[str, Any] | None
     user_metadata: str | None
+    metrics: dict[str, str]
 
 
 def history(spark, table: str) -> list[HistoryEntry]:
@@ -40,14 +41,34 @@ def history(spark, table: str) -> list[HistoryEntry]:
                 tag = json.loads(row.userMetadata)
             except ValueError:
                 tag = None
+        metrics = row.operationMetrics or {}
+        metrics = json.loads(metrics) if isinstance(metrics, str) else metrics  # Thrift: JSON
         entries.append(
-            HistoryEntry(row.version, row.operation, row.readVersion, tag, row.userMetadata)
+            HistoryEntry(
+                row.version, row.operation, row.readVersion, tag, row.userMetadata, dict(metrics)
+            )
         )
     return sorted(entries, key=lambda e: e.version)
 
 
 def ours(entries: list[HistoryEntry], step: str = "write") -> list[HistoryEntry]:
     return [e for e in entries if e.tag and e.tag.get("step") == step]
+
+
+def commit_actions(spark, table: str, version: int) -> list[tuple[str, dict]]:
+    """Commit `version`'s actions as (kind, body), in its file's order, read from the table's
+    Delta log by the engine (on every profile): what DESCRIBE HISTORY does not show, such as
+    the fence's SetTransaction."""
+    location = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0].location
+    path = f"{str(location).rstrip('/')}/_delta_log/{version:020d}.json"
+    lines = spark.sql(f"SELECT value FROM text.`{path}`").collect()
+    return [next(iter(json.loads(line[0]).items())) for line in lines]
+
+
+def fence_txn(spark, table: str, version: int) -> int | None:
+    """The version of the fence's SetTransaction in commit `version` (None: it has none)."""
+    txns = [b for k, b in commit_actions(spark, table, version) if k == "txn"]
+    return next((int(b["version"]) for b in txns if b["appId"] == "dbt-fenced-spark"), None)
 
 
 def rows(spark, sql: str) -> list[tuple]:
@@ -166,6 +187,9 @@ class ForeignAt:
     - `vb`: right after the fenced materialization captured vB, before the pre-hooks.
     - `staging`: after the pre-hooks, right before the model SQL is staged.
     - `staged`: a snapshot's staging is built, its MERGE not started; on stock dbt-spark too.
+    - `statement`: right after the run sent a statement that `pattern` (a regex) matches at its
+      start, its leading comments aside: the pre-hook that read the target, say; through
+      `adapter.execute`, so on stock dbt-spark too.
 
     With `delay`, the statements run in a thread `delay` seconds after the moment, while the
     run goes on; `join()` waits for them and raises what they raised, `cancel()` disarms.
@@ -180,7 +204,9 @@ class ForeignAt:
         statements: str | list[str | Callable[[], Any]],
         delay: float | None = None,
         nth: int = 1,
+        pattern: str | None = None,
     ) -> None:
+        from dbt.adapters.base.impl import BaseAdapter
         from dbt.adapters.spark.impl import SparkAdapter
 
         from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
@@ -193,6 +219,18 @@ class ForeignAt:
         self.moments = nth - 1  # moments to let pass before firing
         self.error: BaseException | None = None
         self._timer: threading.Timer | None = None
+        if moment == "statement":
+            assert pattern is not None, "a `statement` moment needs its pattern"
+            sent = BaseAdapter.execute
+
+            def execute(adapter, sql, *args, **kwargs):
+                result = sent(adapter, sql, *args, **kwargs)
+                if re.match(pattern, without_leading_comments(sql), re.IGNORECASE):
+                    self.fire()
+                return result
+
+            monkeypatch.setattr(BaseAdapter, "execute", execute)
+            return
         owner, name, after = {
             "compiled": (SparkAdapter, "pre_model_hook", False),
             "vb": (FencedSparkAdapter, "fence_begin", True),

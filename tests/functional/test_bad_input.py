@@ -1,8 +1,11 @@
 """Bad input: a clear error naming the model and the key, and nothing written."""
 
+from pathlib import Path
+
 import pytest
 from dbt.exceptions import ParsingError
 from dbt.tests.util import run_dbt
+from dbt_common.exceptions import CompilationError
 
 from tests.functional.lakehouse import history, rows
 
@@ -93,6 +96,18 @@ class TestTargetErrors:
                 "select 1 as id, 'a' as v union all select 1 as id, 'b' as v",
             ),
             "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
+            "key_selected.sql": model(
+                "incremental_strategy='merge', unique_key=['id', 's.x'], "
+                "sql_header='create or replace temporary function twice(x int) returns int "
+                "return x * 2;'",
+                "select twice(1) as id, named_struct('x', 1) as s",
+            ),
+            # The header ends in the WITH that opens the query: the check reads it in front.
+            "key_from_header.sql": model(
+                "incremental_strategy='merge', unique_key=['id', 'ID2'], "
+                "sql_header='with base as (select 1 as id, 2 as k)'",
+                "select id, k as v from base",
+            ),
         }
 
     def test_existing_parquet_table_is_refused(self, project, spark):
@@ -114,15 +129,112 @@ class TestTargetErrors:
         assert "\tat " not in message and "at org.apache" not in message  # no JVM stack
         assert history(spark, table) == before
 
+    def refused_key(self, project, *flags: str) -> None:
+        results = run_dbt(["run", "--select", "key_not_selected", *flags], expect_pass=False)
+        message = results.results[0].message
+        assert f"{project.test_schema}.key_not_selected" in message
+        assert "`unique_key` names ID2" in message and "Its columns are: id, v" in message
+        assert "Nothing was written." in message
+
     def test_unique_key_not_selected_is_refused_before_the_write(self, project, spark):
         table = f"{project.test_schema}.key_not_selected"
         spark.sql(f"create table {table} using delta as select 1 as id, 'x' as v")
         before = history(spark, table)
-        results = run_dbt(["run", "--select", "key_not_selected"], expect_pass=False)
-        message = results.results[0].message
-        assert table in message and "`unique_key` names ID2" in message
-        assert "Its columns are: id, v" in message
+        self.refused_key(project)
         assert history(spark, table) == before
+
+    def test_unique_key_not_selected_is_refused_on_the_first_run_too(self, project, spark):
+        # dbt-spark's CREATE never uses the key: it would build the table, and the next run's
+        # MERGE fail after Spark ran. Refused before the CREATE, and before a full refresh's.
+        table = f"{project.test_schema}.key_not_selected"
+        spark.sql(f"drop table if exists {table}")
+        self.refused_key(project)
+        assert not table_exists(spark, table)
+        spark.sql(f"create table {table} using delta as select 1 as id, 'x' as v")
+        before = history(spark, table)
+        self.refused_key(project, "--full-refresh")
+        assert history(spark, table) == before
+
+    def test_a_key_missing_from_a_query_its_header_opens_is_refused_too(self, project, spark):
+        table = f"{project.test_schema}.key_from_header"
+        spark.sql(f"drop table if exists {table}")
+        results = run_dbt(["run", "--select", "key_from_header"], expect_pass=False)
+        message = results.results[0].message
+        assert "`unique_key` names ID2" in message and "Its columns are: id, v" in message
+        assert not table_exists(spark, table)
+
+    def test_a_key_the_model_selects_builds_on_the_first_run(self, project, spark):
+        # A struct's field, and a column made by a temporary function of the sql_header: the
+        # check reads the model's columns as Spark analyses the SQL, header first.
+        table = f"{project.test_schema}.key_selected"
+        spark.sql(f"drop table if exists {table}")
+        run_dbt(["run", "--select", "key_selected"])
+        run_dbt(["run", "--select", "key_selected"])
+        assert rows(spark, f"select id, s.x from {table}") == [(2, 1)]
+
+
+class TestMisspeltFenceKeys:
+    """A key that starts with `fence` and is none of the adapter's fails the parse, from a
+    config() call, a models YAML or dbt_project.yml: nothing runs."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "in_call.sql": model(
+                "incremental_strategy='merge', unique_key='id', fence_retry=3, "
+                "fence_isolaton='version'"
+            ),
+            "in_yaml.sql": model("incremental_strategy='append'"),
+            "in_project.sql": "select 1 as id",
+            "properties.yml": "models:\n  - name: in_yaml\n    config:\n      fence_batchid: x\n",
+        }
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self):
+        return {"models": {"test": {"in_project": {"+Fence_Retries": 2}}}}
+
+    def parse_error(self, project, where: str) -> str:
+        """The error for the model in `where`, the others' keys made right."""
+        files = {
+            "in_call": ("models/in_call.sql", ", fence_retry=3, fence_isolaton='version'", ""),
+            "in_yaml": ("models/properties.yml", "fence_batchid", "fence_batch_id"),
+            "in_project": ("dbt_project.yml", "Fence_Retries", "fence_retries"),
+        }
+        originals = {}
+        for name, (path, bad, good) in files.items():
+            file = Path(project.project_root) / path
+            originals[file] = file.read_text()
+            if name != where:
+                file.write_text(originals[file].replace(bad, good))
+        try:
+            with pytest.raises(CompilationError) as raised:
+                run_dbt(["parse", "--no-partial-parse"])
+            return str(raised.value)
+        finally:
+            for file, text in originals.items():
+                file.write_text(text)
+
+    def test_a_key_in_config_names_the_model_and_the_nearest_keys(self, project):
+        message = self.parse_error(project, "in_call")
+        assert f"Model {project.test_schema}.in_call: unknown fence config" in message
+        assert "`fence_retry`: did you mean `fence_retries`?" in message
+        assert "`fence_isolaton`: did you mean `fence_isolation`?" in message
+
+    def test_a_key_in_a_models_yaml(self, project):
+        message = self.parse_error(project, "in_yaml")
+        assert f"{project.test_schema}.in_yaml" in message
+        assert "`fence_batchid`: did you mean `fence_batch_id`?" in message
+
+    def test_a_key_in_dbt_project_yml(self, project):
+        message = self.parse_error(project, "in_project")
+        assert f"{project.test_schema}.in_project" in message
+        assert "`Fence_Retries`: did you mean `fence_retries`?" in message
+
+    def test_run_fails_before_any_sql(self, project, spark):
+        with pytest.raises(CompilationError):
+            run_dbt(["run"])
+        assert not table_exists(spark, f"{project.test_schema}.in_call")
+        assert not table_exists(spark, f"{project.test_schema}.in_project")
 
 
 class TestMicrobatchWithoutEventTime:

@@ -12,7 +12,14 @@ import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
 from tests.conftest import StockSparkProfile
-from tests.functional.lakehouse import ForeignAt, ForeignWriter, history, ours, rows
+from tests.functional.lakehouse import (
+    ForeignAt,
+    ForeignWriter,
+    commit_actions,
+    history,
+    ours,
+    rows,
+)
 
 # Writes row 1 from what it reads of row 2: a read-modify-write on two keys.
 MERGE_READS_ROW_2 = """
@@ -65,13 +72,14 @@ select * from values (1, 'a\b'), (2, 'b') as t(id, p)
 
 def race(project, spark, monkeypatch, model, foreign, expect_pass, setup=(), **dbt_vars):
     """Full refresh, optional commits before vB, then the run with `foreign` landing right
-    after vB: returns the table, vB, the commits after vB and the run's output."""
+    after vB: returns the table, vB, the commits after vB and the run's output. `{t}` in a
+    statement is the table; `{before}` in `foreign`, the version before vB."""
     run_dbt(["run", "--full-refresh", "--select", model])
     table = f"{project.test_schema}.{model}"
     for statement in setup:
         ForeignWriter(spark).sql(statement.format(t=table))
     vb = history(spark, table)[-1].version
-    at = ForeignAt(monkeypatch, spark, "vb", foreign.format(t=table))
+    at = ForeignAt(monkeypatch, spark, "vb", foreign.format(t=table, before=vb - 1))
     args = ["run", "--select", model, "--vars", json.dumps(dbt_vars)]
     results, output = run_dbt_and_capture(args, expect_pass=expect_pass)
     assert at.fired == 1
@@ -115,8 +123,9 @@ class TestMergeConflicts:
         )
         assert [e.operation for e in after] == ["OPTIMIZE", "MERGE"]
         assert after[1].tag["tolerated"] == [vb + 1]
+        # Its writer's claim, which its files' row counts bear out: no row of it is read.
         assert results.results[0].adapter_response["tolerated"] == [
-            f"v{vb + 1} OPTIMIZE: no data change"
+            f"v{vb + 1} OPTIMIZE: marked no data change by its writer"
         ]
         assert self.table_rows(spark, table) == [
             (1, "seen:two"),
@@ -142,6 +151,27 @@ class TestMergeConflicts:
         assert "changed rows, among them rows this model read (where (id = 2))" in message
         assert "never written" in message
         assert self.table_rows(spark, table) == [(1, "one"), (2, "theirs")]
+
+    def test_a_rewrite_marked_no_data_change_that_dropped_the_row_it_read_is_refused(
+        self, project, spark, monkeypatch
+    ):
+        # Its writer marks the rewrite `dataChange: false` and drops row 2, which the model
+        # read: the fence took that claim as fact (found by the hostile review of issue 60).
+        foreign = (
+            "insert overwrite {t} with ('dataChange' = 'false') select * from {t} where id != 2"
+        )
+        table, vb, after, results, _ = race(project, spark, monkeypatch, "merged", foreign, False)
+        assert [e.operation for e in after] == ["WRITE"]  # nothing of ours landed
+        [add] = [b for k, b in commit_actions(spark, table, vb + 1) if k == "add"]
+        assert add["dataChange"] is False
+        message = results.results[0].message
+        assert (
+            f"v{vb + 1} WRITE: marked no data change by its writer, yet it wrote 1 row "
+            "(numOutputRows) in place of files whose rows its log does not count: changed rows, "
+            "among them rows this model read (where (id = 2))"
+        ) in message
+        assert "never written" in message
+        assert self.table_rows(spark, table) == [(1, "one")]
 
     def test_version_isolation_refuses_any_commit(self, project, spark, monkeypatch):
         foreign = "insert into {t} values (3, 'three')"
@@ -271,6 +301,44 @@ class TestStrictConflicts:
             (3, "a"),
         ]
 
+    @staticmethod
+    def restored(project, spark, monkeypatch, partition, expect_pass):
+        """`replaced`, raced by a RESTORE right after vB that undoes the commit before vB, an
+        insert of id 3 into `partition`."""
+        setup = [f"insert into {{t}} values (3, '{partition}')"]
+        foreign = "restore table {t} to version as of {before}"
+        return race(project, spark, monkeypatch, "replaced", foreign, expect_pass, setup)
+
+    def test_replace_where_commits_over_a_restore_of_another_partition(
+        self, project, spark, monkeypatch
+    ):
+        # Delta writes the table's own metaData and protocol into every RESTORE: it is judged
+        # by the files it removed, here one of partition b (was refused as "changed the table
+        # itself (metaData, protocol)").
+        table, vb, after, results, _ = self.restored(project, spark, monkeypatch, "b", True)
+        assert [e.operation for e in after] == ["RESTORE", "WRITE"]
+        assert after[1].tag["tolerated"] == [vb + 1] and after[1].read_version == vb + 1
+        kinds = [k for k, _ in commit_actions(spark, table, vb + 1)]
+        assert {"metaData", "protocol", "remove"} <= set(kinds) and "add" not in kinds
+        reason = results.results[0].adapter_response["tolerated"][0]
+        outside = "outside the partitions this model read or writes"
+        assert reason == f"v{vb + 1} RESTORE: changed data in partition p=b, {outside}"
+        # Id 3 went with the RESTORE; partition a is the model's.
+        assert rows(spark, f"select id, p from {table} order by id") == [(2, "b"), (101, "a")]
+
+    def test_replace_where_is_refused_by_a_restore_of_rows_it_read(
+        self, project, spark, monkeypatch
+    ):
+        table, vb, after, results, _ = self.restored(project, spark, monkeypatch, "a", False)
+        assert [e.operation for e in after] == ["RESTORE"]
+        message = results.results[0].message
+        assert (
+            f"v{vb + 1} RESTORE: changed rows in partition p=a, among them rows this model read "
+            "(where (p = 'a'))"
+        ) in message
+        assert "changed the table itself" not in message and "never written" in message
+        assert rows(spark, f"select id, p from {table} order by id") == [(1, "a"), (2, "b")]
+
     def test_self_reading_append_commits_over_another_partition(self, project, spark, monkeypatch):
         table, vb, after, results, _ = race(
             project, spark, monkeypatch, "watermark", "insert into {t} values (7, 'b')", True
@@ -296,6 +364,55 @@ class TestStrictConflicts:
             (2, "a"),
             (2, "b"),
         ]
+
+
+# Inserts the keys the table lacks; its rows do not depend on the table.
+INSERTED = """
+{{ config(materialized='incremental', incremental_strategy='insert', unique_key='id') }}
+{% if is_incremental() %}
+select * from values (2, 'mine'), (3, 'mine'), (4, 'mine') as t(id, v)
+{% else %}
+select * from values (1, 'one'), (2, 'two') as t(id, v)
+{% endif %}
+"""
+
+
+class TestInsertConflicts:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"inserted.sql": INSERTED}
+
+    def test_a_foreign_insert_of_its_key_is_committed_over(self, project, spark, monkeypatch):
+        # Its MERGE inserts only keys not in the table at its own snapshot, which holds the
+        # foreign row: the serial result, foreign insert first (was refused as a key conflict).
+        foreign = "insert into {t} values (3, 'theirs')"
+        table, vb, after, results, output = race(
+            project, spark, monkeypatch, "inserted", foreign, True
+        )
+        assert [e.operation for e in after] == ["WRITE", "MERGE"]
+        write = after[1]
+        assert write.tag["tolerated"] == [vb + 1] and write.read_version == vb + 1
+        assert rows(spark, f"select id, v from {table} order by id") == [
+            (1, "one"),
+            (2, "two"),
+            (3, "theirs"),
+            (4, "mine"),
+        ]
+        reason = (
+            f"v{vb + 1} WRITE: only inserted rows, none this model read and none with a key (id) "
+            "it wrote: its MERGE inserts only keys not in the table, so committing gives the "
+            "serial result"
+        )
+        assert results.results[0].adapter_response["tolerated"] == [reason]
+        assert f"committed v{write.version} over {reason}" in output
+
+    def test_a_foreign_update_of_its_key_is_refused(self, project, spark, monkeypatch):
+        foreign = "update {t} set v = 'theirs' where id = 2"
+        table, vb, after, results, _ = race(project, spark, monkeypatch, "inserted", foreign, False)
+        assert [e.operation for e in after] == ["UPDATE"]
+        message = results.results[0].message
+        assert "changed rows, among them rows with a key (id) this model writes" in message
+        assert rows(spark, f"select id, v from {table} order by id") == [(1, "one"), (2, "theirs")]
 
 
 AUTO_COMPACTED = """

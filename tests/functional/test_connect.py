@@ -257,11 +257,11 @@ class TestServerLostAfterTheCommit:
         verify = Fence.verify
         killed = []
 
-        def kill_then_verify(fence, state, conflict):
+        def kill_then_verify(fence, state, conflict, *args):
             if not killed:  # the write statement has returned: its commit is in the log
                 killed.append(own_server.process.pid)
                 own_server.kill_and_restart()
-            return verify(fence, state, conflict)
+            return verify(fence, state, conflict, *args)
 
         monkeypatch.setattr(Fence, "verify", kill_then_verify)
         results, output = run_dbt_and_capture(["run", "--vars", json.dumps({"n": 6})])

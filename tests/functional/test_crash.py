@@ -214,18 +214,28 @@ class TestCrash:
 
         # A raced write that committed and was not reverted before the kill is a lost update
         # unless someone looks: the next run refuses, naming it and the RESTORE that undoes it.
+        # `events` may also go on: the race changes only a status and its watermark reads
+        # only amounts, so its write over the race is a serial result, which blocks nobody
+        # where the fence can tell (docs/errors.md E213); the batch must then be whole, once.
         dbt_args = ["run", "--select", trial.model, "--vars", json.dumps({"batch": batch})]
         since = [e for e in history(spark, table) if e.version > before_version]
         writes, reverts = ours(since), ours(since, "revert")
+        went_on = None
         if trial.raced and writes and not reverts:
-            message = run_dbt(dbt_args, expect_pass=False).results[0].message
-            restore = f"RESTORE TABLE {table} TO VERSION AS OF {writes[-1].version - 1}"
-            assert f"its commit: v{writes[-1].version} " in message and restore in message
-            spark.sql(restore)  # as the message says, the user undoes it
-            latest = history(spark, table)[-1].version
-            trial.next_run = "refused (unresolved), restored: "
+            serial = trial.model == "events"
+            results = run_dbt(dbt_args, expect_pass=None if serial else False)
+            [result] = results.results
+            if serial and result.status == "success":
+                trial.next_run, went_on = "over a serial result: ", results
+            else:
+                message = result.message
+                restore = f"RESTORE TABLE {table} TO VERSION AS OF {writes[-1].version - 1}"
+                assert f"its commit: v{writes[-1].version} " in message and restore in message
+                spark.sql(restore)  # as the message says, the user undoes it
+                latest = history(spark, table)[-1].version
+                trial.next_run = "refused (unresolved), restored: "
         # The next run: ours alone, and it converges on the batch.
-        results = run_dbt(dbt_args)
+        results = went_on or run_dbt(dbt_args)
         response = results.results[0].adapter_response
         trial.next_run += response["fence_outcome"]
         assert rows(spark, f"select * from {table} order by id") == applied

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from dbt.exceptions import ParsingError
 from dbt.tests.util import run_dbt
+from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.fenced_spark import impl
 from dbt.adapters.fenced_spark.fence import protocol
@@ -191,6 +192,7 @@ where id not in (select id from {{ this }} where status = 'never')
 """
 RACED_MODELS = [
     "overtaken",
+    "overtaken_fenced",
     "reverted",
     "not_reverted",
     "retried",
@@ -259,6 +261,14 @@ class TestErrorsCatalogue:
             "reloaded.sql": RELOADED,
             "conflicted.sql": ORDERS,
             "appended.sql": APPENDED,
+            # A user's own idempotent-write confs, set in a pre-hook (after the first run's).
+            "own_txn.sql": model(
+                "incremental_strategy='merge', unique_key='id', pre_hook=["
+                '"{% if is_incremental() %}SET spark.databricks.delta.write.txnAppId=nightly'
+                '{% endif %}", '
+                '"{% if is_incremental() %}SET spark.databricks.delta.write.txnVersion=5'
+                '{% endif %}"]'
+            ),
             "dupes.sql": model(
                 "incremental_strategy='merge', unique_key='id'",
                 "select 1 as id, 'a' as v union all select 1 as id, 'b' as v",
@@ -337,6 +347,18 @@ class TestErrorsCatalogue:
         assert history(spark, table) == before
         response = response_of(project, "key_not_selected")
         assert (response["fence_outcome"], response["standing"]) == ("never_written", [])
+
+    def test_unique_key_not_selected_on_the_first_run(self, project, spark):
+        # Before dbt-spark's CREATE (which never uses the key): E114's words, from another macro.
+        table = f"{project.test_schema}.key_not_selected"
+        spark.sql(f"drop table if exists {table}")
+        results = run_dbt(["run", "--select", "key_not_selected"], expect_pass=False)
+        message = normalise(message_of(results), project.test_schema, {})
+        words = doc_blocks(DOC.read_text())["E114"]
+        assert words is not None
+        assert message.split("\n\n  > ")[0] == words.split("\n\n  > ")[0]
+        assert "> called by macro fence_validate_first_build" in message
+        assert not table_exists(spark, table)
 
     def test_unique_key_not_selected_after_a_foreign_commit(self, project, spark, monkeypatch):
         # Another writer's UPDATE after vB: the pre-check's join of the model's rows on the key
@@ -456,13 +478,43 @@ class TestErrorsCatalogue:
         )
         assert rows(spark, f"select status from {table} where id = 1") == [("cancelled",)]
 
+    @produces("E218")
+    def test_another_fenced_write_overtook_it(self, project, spark, monkeypatch, catalogue):
+        table, vb = self.fresh(project, spark, "overtaken_fenced")
+        # Another fenced writer, as its session stands during its write: its tag and the
+        # fence's SetTransaction (a version above any this table holds).
+        tag = FenceTag("other-run", "model.test.overtaken_fenced", "merge", vb, 1, "write", vb)
+        writer = ForeignWriter(spark, tag=tag.to_json())
+        writer.sql("set spark.databricks.delta.write.txnAppId=dbt-fenced-spark")
+        writer.sql("set spark.databricks.delta.write.txnVersion=1000000")
+        runners = self.around_the_write(
+            monkeypatch,
+            spark,
+            lambda _: f"update {table} set status = 'cancelled' where id = 1",
+            writer=writer,
+        )
+        race = run_vars(batch=SHIP_1_AND_ADD_4)
+        results = run_dbt(["run", "--select", "overtaken_fenced", *race], expect_pass=False)
+        assert sum(r.fired for r in runners) == 1
+        after = self.landed_after(spark, table, vb)
+        # The race fired: theirs landed after our pre-check; Delta skipped ours, no commit.
+        assert [(e.operation, e.tag and e.tag["invocation_id"]) for e in after] == [
+            ("UPDATE", "other-run")
+        ]
+        message = message_of(results)
+        assert our_write(message).startswith("never written")
+        assert "another fenced write committed after this one's pre-check" in message
+        assert response_of(project, "overtaken_fenced")["standing"] == []
+        catalogue("E218", message)
+        assert rows(spark, f"select status from {table} where id = 1") == [("cancelled",)]
+
     def around_the_write(
-        self, monkeypatch, spark, before, after=None, before_restore=None
+        self, monkeypatch, spark, before, after=None, before_restore=None, writer=None
     ) -> list[ForeignAroundWrite]:
         """Every fence runner of the next dbt run commits `before(n)` right before its write
         statement starts (after the pre-check), `after` right after it lands, and
         `before_restore` right before a revert's RESTORE starts."""
-        writer = ForeignWriter(spark)
+        writer = writer or ForeignWriter(spark)
         runners: list[ForeignAroundWrite] = []
 
         def runner(connections, described=None):
@@ -830,6 +882,21 @@ class TestErrorsCatalogue:
         }
         catalogue("E211", message_of(results))
 
+    @produces("E118")
+    def test_a_session_with_its_own_txn_app_id(self, project, spark, catalogue):
+        table, vb = self.fresh(project, spark, "own_txn")
+        before = history(spark, table)
+        results = run_dbt(["run", "--select", "own_txn"], expect_pass=False)
+        catalogue("E118", message_of(results))
+        assert history(spark, table) == before  # the write was not sent
+        assert response_of(project, "own_txn") == {
+            "_message": "MERGE failed",
+            "fence_outcome": "never_written",
+            "read_version": vb,
+            "steps": [],
+            "standing": [],
+        }
+
     # -- E3xx: Delta refuses the write ---------------------------------------------------------
 
     @produces("E301")
@@ -898,9 +965,13 @@ class TestErrorsCatalogue:
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(5)]
 
 
-@produces("E110")
-class TestMicrobatchWithoutEventTime:
-    """dbt-core's own parse error: the project does not load, nothing runs."""
+class ParseErrorEntry:
+    """An entry raised while dbt parses the project: it does not load, nothing runs."""
+
+    entry: str
+    name: str
+    config: str
+    error: type[Exception]
 
     @pytest.fixture(scope="class")
     def project_config_update(self):
@@ -908,17 +979,29 @@ class TestMicrobatchWithoutEventTime:
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {
-            "no_event_time.sql": model(
-                "incremental_strategy='microbatch', batch_size='day', begin='2026-01-01'"
-            )
-        }
+        return {f"{self.name}.sql": model(self.config)}
 
     def test_parse_error(self, project, spark, catalogue):
-        with pytest.raises(ParsingError) as raised:
+        with pytest.raises(self.error) as raised:
             run_dbt(["run"])
-        catalogue("E110", str(raised.value))
-        assert not table_exists(spark, f"{project.test_schema}.no_event_time")
+        catalogue(self.entry, str(raised.value))
+        assert not table_exists(spark, f"{project.test_schema}.{self.name}")
+
+
+@produces("E110")
+class TestMicrobatchWithoutEventTime(ParseErrorEntry):
+    """dbt-core's own."""
+
+    entry, name, error = "E110", "no_event_time", ParsingError
+    config = "incremental_strategy='microbatch', batch_size='day', begin='2026-01-01'"
+
+
+@produces("E119")
+class TestMisspeltFenceKey(ParseErrorEntry):
+    """The adapter's own, where dbt names the model's relation as it parses."""
+
+    entry, name, error = "E119", "fence_typo", CompilationError
+    config = "incremental_strategy='merge', unique_key='id', fence_retry=3"
 
 
 def test_every_entry_has_a_test_and_every_test_an_entry():

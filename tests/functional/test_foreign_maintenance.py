@@ -23,6 +23,7 @@ ORDERS = """
     partition_by=['day'],
     incremental_predicates=var('predicates', none),
     fence_retries=var('retries', 0),
+    fence_isolation=var('isolation', 'snapshot'),
 ) }}
 select id, day, status
 from values {{ var('batch', "(1, 'd1', 'open'), (2, 'd2', 'open')") }} as batch(id, day, status)
@@ -65,37 +66,34 @@ class TestForeignMaintenanceDuringMerge:
         landed = [e for e in history(spark, table) if e.version > vb]
         return vb, landed, results.results[0]
 
-    def test_optimize_mid_merge_is_a_conflict_nothing_written(self, spark, table):
-        before = rows(spark, f"select * from {table} order by id")
+    def test_optimize_mid_merge_is_refused_by_delta_and_sent_again(self, spark, table):
         vb, landed, result = self.race(spark, table, f"optimize {table}", batch=SHIP_2)
 
-        # OPTIMIZE committed first, while the MERGE was computing on the files it removed.
-        assert [e.operation for e in landed] == ["OPTIMIZE"] and landed[0].version == vb + 1
-        assert result.status == "error"
-        assert "conflict detection during the write" in result.message
-        assert "ConcurrentDeleteReadException" in result.message or "DELTA_CONCURRENT" in (
-            result.message
-        )
-        assert "never written" in result.message
-        assert rows(spark, f"select * from {table} order by id") == before
-
-    def test_optimize_mid_merge_costs_one_retry_with_fence_retries(self, spark, table):
-        vb, landed, result = self.race(spark, table, f"optimize {table}", batch=SHIP_2, retries=1)
-
-        assert [e.operation for e in landed][:1] == ["OPTIMIZE"] and landed[0].version == vb + 1
-        assert result.status == "success"
-        merge = ours(landed)
-        assert len(merge) == 1 and merge[0].tag["attempt"] == 2
-        assert merge[0].read_version == vb + 1  # recomputed from the compacted version
+        # OPTIMIZE committed first, while the MERGE was computing on the files it removed:
+        # Delta refused the MERGE (it cannot tell a compaction from a delete), nothing of it
+        # was written, and the fence, judging the compaction no conflict, sent the same MERGE
+        # again on the compacted version: no fence_retries, no recomputation.
+        assert [e.operation for e in landed] == ["OPTIMIZE", "MERGE"]
+        assert landed[0].version == vb + 1 and landed[0].tag is None
+        assert result.status == "success", result.message
+        [merge] = ours(landed)
+        assert merge.tag["attempt"] == 1 and merge.tag["read_version"] == vb
+        assert merge.read_version == vb + 1 and merge.tag["tolerated"] == [vb + 1]
+        [tolerated] = result.adapter_response["tolerated"]
+        assert tolerated.startswith(f"v{vb + 1} OPTIMIZE:")
         assert rows(spark, f"select status from {table} where id = 2") == [("shipped",)]
 
-    def test_append_to_another_partition_mid_merge_both_land(self, spark, table):
+    @pytest.mark.parametrize("isolation", ["snapshot", "version"])
+    def test_append_to_another_partition_mid_merge_both_land(self, spark, table, isolation):
+        # Under 'version' too: it refuses any commit before the MERGE's snapshot, and leaves
+        # those landing during it to Delta's own check, which rebased the MERGE over this one.
         vb, landed, result = self.race(
             spark,
             table,
             f"insert into {table} values (99, 'd1', 'foreign')",
             batch=SHIP_2,
             predicates=["DBT_INTERNAL_DEST.day = 'd2'"],
+            isolation=isolation,
         )
 
         # The append landed mid-MERGE; Delta rebased the MERGE over it (no file it read changed),

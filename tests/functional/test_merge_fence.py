@@ -7,10 +7,12 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
+from dbt.adapters.fenced_spark.impl import FenceSql
 from tests.conftest import SERVERS, profile_target
 from tests.functional.lakehouse import (
     ForeignAroundWrite,
     ForeignWriter,
+    commit_actions,
     execute_spans,
     history,
     max_concurrent,
@@ -167,13 +169,14 @@ select 1 as id
 class TestDeltasRecordOfAnEarlierCommitInTheSession:
     """The fence leaves Delta's record of the session's last commit unset before its write only
     where nothing in the session could have set it: here a pre-hook did, on another table,
-    at the version right above vB, where an unchanged write makes no commit of its own."""
+    at the version right above vB. The unchanged write then commits only its SetTransaction
+    (fence/sequence.py), and the hook's commit on the other table is never taken for it."""
 
     @pytest.fixture(scope="class")
     def models(self):
         return {"quiet.sql": QUIET}
 
-    def test_an_unchanged_write_after_a_hook_s_commit_is_no_change(self, project, spark):
+    def test_an_unchanged_write_after_a_hook_s_commit_is_its_own(self, project, spark):
         table, side = f"{project.test_schema}.quiet", f"{project.test_schema}.side"
         spark.sql(f"create table {side} (id int) using delta")
         run_dbt(["run"])
@@ -181,8 +184,12 @@ class TestDeltasRecordOfAnEarlierCommitInTheSession:
         vb = history(spark, table)[-1].version
         response = run_dbt(["run"]).results[0].adapter_response
         assert history(spark, side)[-1].version == vb + 1  # the hook's commit, right above vB
-        assert history(spark, table)[-1].version == vb
-        assert response["fence_outcome"] == "no_change" and "commit_version" not in response
+        ours = history(spark, table)[-1]
+        assert ours.version == vb + 1 and ours.tag["node"] == "model.test.quiet"
+        # only the SetTransaction: no file added or removed
+        assert [k for k, _ in commit_actions(spark, table, ours.version)] == ["commitInfo", "txn"]
+        assert response["fence_outcome"] == "committed"
+        assert response["commit_version"] == vb + 1 == ours.version
 
 
 SHRINKING = """
@@ -230,7 +237,14 @@ class TestRevertAfterCommit(OneRowTarget):
     the foreign commit lands just before our MERGE statement starts."""
 
     def refused_write(
-        self, project, spark, foreign_sql, also_after=None, before_restore=None, step_sql=None
+        self,
+        project,
+        spark,
+        foreign_sql,
+        also_after=None,
+        before_restore=None,
+        step_sql=None,
+        empty=False,
     ):
         """Our MERGE through the fence, with `foreign_sql` landing just before it starts;
         `step_sql` is a step of ours (tagged, strict) that commits after vB, before the write."""
@@ -253,16 +267,17 @@ class TestRevertAfterCommit(OneRowTarget):
                 with fence.tagged(state, "schema_change", strict=True):
                     runner.execute(step_sql.format(t=table))
                 state = fence.after_step(state, "schema_change")
-            fence.write(state, self.merge_sql(table))
+            fence.write(state, self.merge_sql(table, empty))
         return table, vb, raised.value
 
     def state(self, project, vb):
         table = f"{project.test_schema}.target"
         return FenceState(table, table, "merge", vb, vb, "inv-test", "model.test.target")
 
-    def merge_sql(self, table):
+    def merge_sql(self, table, empty=False):
+        source = "select 1 as id, 'ours' as v" + (" where false" if empty else "")
         return (
-            f"merge into {table} t using (select 1 as id, 'ours' as v) s on s.id = t.id "
+            f"merge into {table} t using ({source}) s on s.id = t.id "
             "when matched then update set v = s.v when not matched then insert (id, v) "
             "values (s.id, s.v)"
         )
@@ -277,6 +292,46 @@ class TestRevertAfterCommit(OneRowTarget):
         assert report.outcome == Outcome.REVERTED and report.revert_version == after[2].version
         assert "then reverted by RESTORE" in str(violation)
         assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
+
+    @pytest.mark.parametrize("later", [False, True], ids=["at_the_head", "below_a_later_commit"])
+    def test_an_empty_write_that_lost_a_race_is_never_written_and_nothing_restored(
+        self, project, spark, later
+    ):
+        # Under the fence's SetTransaction a MERGE of no rows commits that alone: nothing of it
+        # can have overwritten the foreign UPDATE, so no RESTORE (a commit with windows of its
+        # own), no "NOT reverted" below a later commit, and the next run is not blocked.
+        table, vb, violation = self.refused_write(
+            project,
+            spark,
+            "update {t} set v = 'foreign'",
+            also_after=later and "insert into {t} values (2, 'later')",
+            empty=True,
+        )
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [e.operation for e in after] == ["UPDATE", "MERGE", *(["WRITE"] if later else [])]
+        ours = after[1]
+        assert ours.tag["step"] == "write" and ours.read_version == vb + 1
+        metrics = ours.metrics
+        assert metrics["numTargetFilesAdded"] == "0" and metrics["numTargetFilesRemoved"] == "0"
+        report = violation.report
+        assert report.outcome == Outcome.NEVER_WRITTEN and report.nothing_of_ours_remains
+        message = str(violation)
+        assert (
+            f"never written: its commit v{ours.version} MERGE changed no rows (it holds only "
+            "the fence's SetTransaction), so the table is as the other writer(s) left it."
+        ) in message
+        assert "RESTORE" not in message and "NOT reverted" not in message
+        assert rows(spark, f"select id, v from {table} order by id") == [
+            (1, "foreign"),
+            *([(2, "later")] if later else []),
+        ]
+        # A later run of the node finds that commit and is not refused by it (E213).
+        connections = project.adapter.connections
+        fence = Fence(FenceSql(connections), connections.single_attempt)
+        latest = history(spark, table)[-1].version
+        later_run = FenceState(table, table, "merge", latest, latest, "inv-2", "model.test.target")
+        with project.adapter.connection_named("next"):
+            fence.check_earlier_runs(later_run, frozenset())
 
     def test_violation_with_a_later_commit_is_not_reverted_and_says_so(self, project, spark):
         table, vb, violation = self.refused_write(
@@ -399,9 +454,11 @@ class TestStepThatCommittedNothing(OneRowTarget):
     as it starts is then the only one after vB. It is theirs, never taken for our step: the
     step check refuses before any write, and there is nothing of ours to revert."""
 
-    def test_the_foreign_commit_stands_and_nothing_is_restored(self, project, spark):
+    def refused_step(self, project, spark, where: str):
+        """Our pre-hook step `delete ... where <where>` through the fence, their UPDATE of row
+        1 (the row our DELETE reads) landing right before it starts: the step check's refusal."""
         table, vb = self.fresh_target(project, spark)
-        theirs = f"update {table} set v = 'foreign' where id = 1"  # the row our DELETE reads
+        theirs = f"update {table} set v = 'foreign' where id = 1"
         runner = ForeignAroundWrite(
             project.adapter.connections,
             ForeignWriter(spark),
@@ -418,17 +475,42 @@ class TestStepThatCommittedNothing(OneRowTarget):
             pytest.raises(FenceViolation) as raised,
         ):
             with fence.tagged(state, "pre_hook", strict=True):
-                runner.execute(f"delete from {table} where id = 1 and v = 'never'")
+                runner.execute(f"delete from {table} where {where}")
             fence.after_step(state, "pre_hook")
         assert runner.fired == 1
+        return table, vb, raised.value
+
+    def test_the_foreign_commit_stands_and_nothing_is_restored(self, project, spark):
+        table, vb, violation = self.refused_step(project, spark, "id = 1 and v = 'never'")
         after = [e for e in history(spark, table) if e.version > vb]
         # The race fired (their UPDATE read vB), our DELETE committed nothing, no RESTORE ran.
         assert [(e.operation, e.tag, e.read_version) for e in after] == [("UPDATE", None, vb)]
-        report = raised.value.report
+        report = violation.report
         assert report.outcome == Outcome.NEVER_WRITTEN
         assert report.ours == [] and report.standing == [] and report.revert_version is None
         assert [c.version for c in report.landed] == [after[0].version]
-        assert "the table is as the other writer(s) left it" in str(raised.value)
+        assert "the table is as the other writer(s) left it" in str(violation)
+        assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
+
+    def test_a_step_that_committed_over_a_foreign_commit_is_refused_and_undone(
+        self, project, spark
+    ):
+        # The same race, our DELETE matching: strict, it commits on top of their UPDATE, which
+        # landed before its snapshot. The step check judges the commits below our step, not
+        # only above it: their UPDATE changed data, so our DELETE is reverted and theirs stands.
+        table, vb, violation = self.refused_step(project, spark, "id = 1")
+        after = [e for e in history(spark, table) if e.version > vb]
+        assert [(e.operation, e.tag and e.tag["step"]) for e in after] == [
+            ("UPDATE", None),
+            ("DELETE", "pre_hook"),
+            ("RESTORE", "revert"),
+        ]
+        assert after[1].read_version == after[0].version  # our step built on theirs
+        report = violation.report
+        # The write was never sent; the step of ours that was, is undone.
+        assert report.outcome == Outcome.NEVER_WRITTEN and report.standing == []
+        assert report.revert_version == after[2].version
+        assert f"v{after[0].version} UPDATE" in str(violation)
         assert rows(spark, f"select id, v from {table}") == [(1, "foreign")]
 
 

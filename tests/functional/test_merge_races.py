@@ -14,6 +14,7 @@ from tests.functional.lakehouse import (
     ForeignAt,
     ForeignWriter,
     OrdersTable,
+    commit_actions,
     history,
     long_spark_job,
     ours,
@@ -83,15 +84,24 @@ class TestFencedMerge(MergeRaceBase):
         assert last.tag["strategy"] == "merge" and last.tag["read_version"] == vb
         assert last.tag["invocation_id"] == invocation_id(project)
 
-    def test_empty_batch_makes_no_commit_and_succeeds(self, project, spark, table):
+    def test_empty_batch_commits_only_the_fences_sequence(self, project, spark, table):
+        # The fenced write carries a SetTransaction (fence/sequence.py), and Delta commits it
+        # even when the MERGE changed no row: the commit holds no file.
         before = history(spark, table)
+        content = rows(spark, f"select * from {table} order by id")
         results = run_dbt(["run", *dbt_vars(empty=True)])
         response = results.results[0].adapter_response
-        assert response["fence_outcome"] == "no_change"
+        assert response["fence_outcome"] == "committed"
         assert response_of(project, "orders") == response  # as run_results.json holds it
-        assert response["read_version"] == before[-1].version
-        assert response.get("commit_version") is None
-        assert history(spark, table) == before
+        vb = before[-1].version
+        assert response["read_version"] == vb and response["commit_version"] == vb + 1
+        after = history(spark, table)
+        assert after[:-1] == before
+        ours = after[-1]
+        assert ours.operation == "MERGE" and ours.read_version == vb and ours.tag["node"]
+        # only the SetTransaction: no file added or removed
+        assert [k for k, _ in commit_actions(spark, table, ours.version)] == ["commitInfo", "txn"]
+        assert rows(spark, f"select * from {table} order by id") == content
 
     def test_race_a_foreign_commit_before_vb_is_built_upon(self, project, spark, table):
         writer = ForeignWriter(spark)

@@ -83,8 +83,17 @@ class TestFencedTwoInvocations(OtherInvocation):
             project, spark, monkeypatch, tmp_path, OPEN_1_AND_2, True
         )
         assert other.returncode == 0, other.stdout[-2000:]
-        [merge] = [e for e in history(spark, table) if e.version > vb]
-        assert merge.tag["strategy"] == "snapshot" and merge.read_version == vb
+        # Theirs commits only the fence's SetTransaction (a MERGE of no rows): ours, overtaken
+        # by it and not in conflict, is sent again over it.
+        theirs, merge = [e for e in history(spark, table) if e.version > vb]
+        assert theirs.operation == "MERGE" and theirs.metrics["numTargetFilesAdded"] == "0"
+        assert theirs.metrics["numTargetFilesRemoved"] == "0"
+        assert merge.tag["strategy"] == "snapshot" and merge.tag["node"] == theirs.tag["node"]
+        assert merge.tag["read_version"] == vb and merge.tag["tolerated"] == [theirs.version]
+        response = results.results[0].adapter_response
+        assert response["fence_outcome"] == "committed"
+        assert response["commit_version"] == merge.version
+        assert response["tolerated"] == [f"v{theirs.version} MERGE: no data change"]
         assert rows(spark, CURRENT.format(t=table)) == [
             (1, "shipped", "loaded"),
             (2, "open", "loaded"),

@@ -19,9 +19,26 @@ NOT reverted (its write stands). A run that failed for any other reason fails th
 does a foreign commit that a RESTORE of ours took out of the table. A foreign commit counts as
 raced only if it landed after the run's vB and before dbt returned, and at least one must.
 
-SOAK_TRIALS (default 12) and SOAK_SEED (default 11); `make reliability` runs the long soak.
-Figures go to soak.json in the records folder (RELIABILITY_RECORDS: `make reliability` sets
-.cache/reliability, for docs/reliability.md; a plain pytest run writes under its temp folder).
+Each fenced run is also judged as a serial result: a write that stands must equal what it
+would have written had it read the version right below its own commit (else it was decided on
+stale data: a lost update), and the table holds no key twice. Each foreign commit that raced a
+run gets a timing (before the pre-check, between the pre-check and the write's snapshot, during
+the write, after it), so every RESTORE and every "NOT reverted" is counted with the timing that
+produced it.
+
+Fenced against fenced (`test_fenced_writers_match_the_ledger`): K = 2, 4, 8 fenced writers at
+once on one table, tests/harness/contention.py's workload (`counter`, a merge that reads the
+counter at vB and writes it + 1; `batches`, an append_if_unchanged of the run's own batch),
+fence_retries K, each K on tables of its own; no unfenced writer. On the embedded session they
+are `contention.fenced_runs` threads, over a server `dbt run` processes. The same ledger replay
+checks them, and more is required: every run green, no RESTORE (Delta refuses a fenced write
+that another overtook inside its commit), the counter equal to the green runs, every batch once.
+
+SOAK_TRIALS (default 12), SOAK_FENCED_TRIALS (default 1; K cycles 2, 4, 8) and SOAK_SEED
+(default 11); `make reliability` runs the long soak. Figures go to soak.json and
+soak_fenced.json (over Thrift soak_thrift.json, soak_fenced_thrift.json) in the records folder
+(RELIABILITY_RECORDS: `make reliability` sets .cache/reliability, for docs/reliability.md; a
+plain pytest run writes under its temp folder).
 """
 
 import json
@@ -33,12 +50,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pytest
+import yaml
 from dbt.tests.util import run_dbt
 
-from tests.functional.lakehouse import ForeignAt
+from tests.functional.lakehouse import ForeignAt, dbt_process, process_output
+from tests.harness import contention
 
 TRIALS = int(os.environ.get("SOAK_TRIALS", "12"))
 SEED = int(os.environ.get("SOAK_SEED", "11"))
+# Fenced against fenced: trial i races FENCED_K[i % 3] writers, each K on tables of its own.
+FENCED_TRIALS = int(os.environ.get("SOAK_FENCED_TRIALS", "1"))
+FENCED_K = (2, 4, 8)
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 FOREIGN_GROUP = 99
 
@@ -80,7 +102,10 @@ STRATEGY = {
 FOREIGN_KINDS = ("UPDATE", "DELETE", "INSERT", "MERGE", "OPTIMIZE", "ALTER")
 
 Row = dict[str, Any]
-State = dict[int, Row]
+# Rows by key: the id, or for `batches` (run, id).
+State = dict[Any, Row]
+# The columns a table's rows are told apart by, where it is not `id`.
+KEYS = {"batches": ("run", "id")}
 
 
 @dataclass
@@ -168,9 +193,18 @@ def replay_fenced(entry: Entry, read: State, before: State, columns: list[str]) 
             new[i] = row(i, 0)
     elif entry.table == "soak_append":
         high = max((i for i, r in read.items() if r["src"] == "dbt"), default=-1)
+        # An id already there would be in the table twice: counted from the table itself
+        # (check's duplicates), which holds both rows where this state holds one.
         for i in range(high + 1, p["hi"] + 1):
-            assert i not in new, f"{entry}: the append would duplicate id {i}"
             new[i] = row(i, 0)
+    elif entry.table == "counter":
+        # contention's counter: the n it read, plus one.
+        new[0] = {"id": 0, "n": read[0]["n"] + 1}
+    elif entry.table == "batches":
+        # contention's batches: the run's batch, unless what it read holds it already.
+        if not any(r["run"] == p["run"] for r in read.values()):
+            for i in range(contention.BATCH_ROWS):
+                new[(p["run"], i)] = {"run": p["run"], "id": i}
     else:
         new = {i: r for i, r in new.items() if r["grp"] != p["grp"]}
         for k in range(3):
@@ -190,16 +224,42 @@ WRITE = re.compile(
 )
 ATTEMPTS = re.compile(r"attempts: (\d+) \(fence_retries")
 READ = re.compile(r"read v(\d+);")
+# Which check refused the last attempt: the pre-check, verification, or Delta itself.
+DETECTED = re.compile(
+    r"detected by: (pre-check|post-write verification|Delta's conflict detection"
+    r"|Delta, inside its commit)"
+)
 
 
 # The model's SQL lists the columns foreign ALTERs added before the run started; one that
 # lands during the run leaves the target with a column the model does not produce, and
 # Delta's MERGE refuses that before it commits. Allowed only where that ALTER raced the run.
 # With fence_retries, the attempt that read the new column is the last, after the refused ones.
-NEW_COLUMN = re.compile(
+# Over Thrift Delta's words follow the server's `HiveSQLException: Error running query: ` and
+# come twice, the second time after the Java exception's name.
+# "Nothing written", said of a run without retries or of the last of its attempts.
+NOTHING_WRITTEN = (
     r"failed; (?:nothing was written|the write of its last attempt was never written, and "
-    r"nothing of the earlier attempts stands)\.[\s\S]*?(?:Delta|Spark) said:\s+\[[A-Z_.]+\] "
-    r"Cannot resolve (x\d+)"
+    r"nothing of the earlier attempts stands)\."
+)
+NEW_COLUMN = re.compile(
+    NOTHING_WRITTEN + r"[\s\S]*?(?:Delta|Spark) said:\s+"
+    r"(?:\S+: Error running query: )?\[[A-Z_.]+\] (?:\S+: \[[A-Z_.]+\] )?Cannot resolve (x\d+)"
+)
+# The same raced ALTER landing between the MERGE's analysis and its commit: Delta refuses the
+# statement (nothing written) with DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS, which the fence does not
+# count among Delta's conflicts (fence/state.py): it says "failed; nothing was written" with
+# Delta's words, does not retry and names no landed commit. Counted apart (`via`).
+SCHEMA_CHANGED = re.compile(
+    NOTHING_WRITTEN + r"[\s\S]*?\[DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS\][\s\S]*?"
+    r"Latest schema has additional field\(s\): (x\d+)"
+)
+# A strict INSERT whose target gained the raced column after the fence's last check (or
+# before a retry, which recomputes the model's columns as they were): Delta refuses it before it
+# commits; the message names no column (check_claim takes the trial's).
+ARITY = re.compile(
+    NOTHING_WRITTEN + r"[\s\S]*?\[DELTA_INSERT_COLUMN_ARITY_MISMATCH\][\s\S]*?"
+    r"not enough data columns"
 )
 
 
@@ -210,12 +270,27 @@ def claim(message: str) -> dict[str, Any]:
     column = NEW_COLUMN.search(message)
     if column:
         return {"outcome": "new_column_raced", "column": column.group(1)}
+    column = SCHEMA_CHANGED.search(message)
+    if column:
+        return {
+            "outcome": "new_column_raced",
+            "column": column.group(1),
+            "via": "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS",
+        }
+    if ARITY.search(message):
+        return {
+            "outcome": "new_column_raced",
+            "column": None,
+            "via": "DELTA_INSERT_COLUMN_ARITY_MISMATCH",
+        }
     changed, write = CHANGED.search(message), WRITE.search(message)
     if not changed or not write:
         return {"outcome": "error"}
     attempts = ATTEMPTS.search(message)
+    detected = DETECTED.search(message)
     found: dict[str, Any] = {
         "attempts": int(attempts.group(1)) if attempts else 1,
+        "detected": detected.group(1) if detected else "other",
         # The first attempt's vB: a foreign commit after it raced this run.
         "read_version": min(int(v) for v in [changed.group(1), *READ.findall(message)]),
     }
@@ -238,14 +313,296 @@ def engine_error(exc: BaseException) -> str:
     return f"{condition}: {words}"[:500]
 
 
-@pytest.mark.skip_profile("thrift", reason="the foreign writers are sessions of the test's JVM")
-class TestSoak:
+def as_dict(row: Any) -> Row:
+    """A row as column name to value: a pyspark Row, or a Thrift client's namedtuple."""
+    return row.asDict() if hasattr(row, "asDict") else row._asdict()
+
+
+def restored_version(row: Any) -> int:
+    """The version a RESTORE went back to (a Thrift client hands the parameters as JSON)."""
+    parameters = row.operationParameters
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters)
+    return int(parameters["version"])
+
+
+def key_of(row: Row, key: tuple[str, ...]) -> Any:
+    return row[key[0]] if len(key) == 1 else tuple(row[k] for k in key)
+
+
+REFUSED = ("never_written", "written_and_reverted", "written_not_reverted")
+
+
+def kind_counts(entries: list[Entry], checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One trial kind's figures: its runs (a run that writes two tables is one run), what
+    became of them, and what the ledger check of its tables found."""
+    runs: dict[Any, list[Entry]] = {}
+    for e in entries:
+        if e.who == "dbt":
+            runs.setdefault(e.params.get("run", e.number), []).append(e)
+    writes = [e for group in runs.values() for e in group]
+    return {
+        "runs": len(runs),
+        "green": sum(all(e.ok for e in group) for group in runs.values()),
+        "refused": sum(any(e.outcome in REFUSED for e in group) for group in runs.values()),
+        "red_otherwise": sum(
+            any(not e.ok and e.outcome not in REFUSED for e in group) for group in runs.values()
+        ),
+        "retried": sum(e.params.get("attempts", 1) - 1 for e in writes),
+        "max_attempts": max((e.params.get("attempts", 1) for e in writes), default=0),
+        "restores": sum(len(e.params.get("restores", [])) for e in writes),
+        "not_reverted": sum(e.outcome == "written_not_reverted" for e in writes),
+        "lost": sum(c.get("lost", 0) for c in checks),
+        "duplicated": sum(c.get("duplicated", 0) for c in checks),
+    }
+
+
+@pytest.mark.skip_profile(
+    "connect",
+    reason="not run over Connect: the server profile the soak runs on is Thrift (make "
+    "reliability); test_server_races.py and test_contention.py race over Connect",
+)
+class Soak:
+    """The ledger check, shared by both kinds of trial."""
+
+    def check(self, spark, table, name, start, initial, ledger) -> dict[str, Any]:
+        """Replay `table`'s history from the ledger and compare; the figures it found (lost,
+        duplicated, phantom rows, stale writes), `ledger_check` "ok" or what differs, and
+        `claims` "ok" or the first claim of a run that its history contradicts."""
+        key = KEYS.get(name, ("id",))
+        history = spark.sql(f"describe history {table}").collect()
+        history = sorted((r for r in history if r.version > start[name]), key=lambda r: r.version)
+        columns = ["id", "grp", "val", "src"]
+        states = {start[name]: initial[name]}
+        # The commits whose change is in the table at each version: a RESTORE to v brings back
+        # exactly v's, so a foreign commit a RESTORE of ours took out shows here.
+        holds: dict[int, frozenset[int]] = {start[name]: frozenset()}
+        by_number = {e.number: e for e in ledger}
+        invocations = self.invocations(ledger)
+        commits: dict[int, list[int]] = {}
+        tags: dict[int, dict[str, Any]] = {}
+        # Each commit's readVersion: the snapshot the write's transaction started from.
+        snapshots: dict[int, int | None] = {}
+        # Fenced writes whose result differs from what they would have written had they read
+        # the version right below their own commit: decided on stale data.
+        stale: set[int] = set()
+        for row in history:
+            tag = json.loads(row.userMetadata) if row.userMetadata else {}
+            tags[row.version] = tag
+            snapshots[row.version] = row.readVersion
+            before = states[row.version - 1]
+            holds[row.version] = holds[row.version - 1] | {row.version}
+            if "soak_op" in tag:
+                entry = by_number[tag["soak_op"]]
+                states[row.version] = replay_foreign(entry, before, columns)
+            elif row.operation == "RESTORE":
+                assert tag.get("step") in ("revert", "revert_undo"), (
+                    f"{table} v{row.version}: a foreign RESTORE"
+                )
+                entry = invocations[(tag["invocation_id"], name)]
+                restored = restored_version(row)
+                states[row.version] = states[restored]
+                holds[row.version] = holds[restored]
+            elif tag.get("step") == "write":
+                entry = invocations[(tag["invocation_id"], name)]
+                entry.params["attempts"] = max(entry.params.get("attempts", 1), tag["attempt"])
+                read = states[int(tag["read_version"])]
+                states[row.version] = replay_fenced(entry, read, before, columns)
+                if replay_fenced(entry, before, before, columns) != states[row.version]:
+                    stale.add(row.version)
+            else:
+                raise AssertionError(f"{table} v{row.version} {row.operation}: in no ledger entry")
+            assert entry.table == name
+            commits.setdefault(entry.number, []).append(row.version)
+            entry.versions = commits[entry.number]
+        final = holds[max(holds)]
+
+        counted = spark.sql(
+            f"select count(*) as n, count(distinct {', '.join(key)}) as d from {table}"
+        ).collect()[0]
+        actual = self.read(spark, table, key)
+        expected = states[max(states)]
+        stale_standing = sorted(stale & final)
+        found: dict[str, Any] = {
+            "commits": len(history),
+            "rows": len(actual),
+            # A row the replay holds that the table lacks or holds otherwise, and a write left
+            # standing that was decided on stale data (a lost update).
+            "lost": sum(actual.get(k) != r for k, r in expected.items()) + len(stale_standing),
+            "duplicated": counted.n - counted.d,
+            "phantom": sum(k not in expected for k in actual),
+            "stale_writes": stale_standing,
+            "restores": sum(r.operation == "RESTORE" for r in history),
+        }
+        differs = [k for k in set(expected) | set(actual) if actual.get(k) != expected.get(k)]
+        found["ledger_check"] = (
+            "ok"
+            if not (differs or found["duplicated"] or stale_standing)
+            else f"differs at {sorted(map(str, differs))[:5]}, {found['duplicated']} duplicated, "
+            f"stale writes {stale_standing}"
+        )
+
+        inside = 0
+        left_standing = False
+        try:
+            for entry in ledger:
+                if entry.table != name:
+                    continue
+                mine = commits.get(entry.number, [])
+                if entry.who == "foreign":
+                    assert len(mine) <= 1, f"{entry}: committed more than once"
+                    if entry.ok and not mine and entry.kind != "OPTIMIZE":
+                        # Delta commits nothing for a statement that matched no row: then it
+                        # must have been a no-op on some version it could have read.
+                        low, high = entry.params["window"]
+                        assert any(
+                            replay_foreign(entry, states[v], list(columns)) == states[v]
+                            for v in range(low, high + 1)
+                        ), f"{entry}: succeeded and would change rows, yet made no commit"
+                    if not entry.ok:
+                        assert mine == [], f"{entry}: failed, yet committed"
+                    # Never undoing somebody else's commit: each stands in the final table.
+                    assert all(v in final for v in mine), f"{entry}: rolled back by a RESTORE"
+                    if mine:
+                        run = by_number[entry.number - 1]
+                        entry.params["raced"] = self.raced(run, mine[0], tags)
+                        inside += entry.params["raced"]
+                else:
+                    entry.params["restores"] = [
+                        v for v in mine if self.operation(history, v) == "RESTORE"
+                    ]
+                    if entry.outcome == "unresolved":
+                        assert left_standing, f"{entry}: refused an earlier run that left nothing"
+                    self.check_claim(
+                        entry, by_number.get(entry.number + 1), mine, tags, history, final
+                    )
+                    left_standing |= entry.outcome == "written_not_reverted"
+            for entry in ledger:
+                foreign = by_number.get(entry.number + 1)
+                if entry.table == name and entry.who == "dbt" and foreign and foreign.who != "dbt":
+                    entry.params["timing"] = self.timing(entry, foreign, tags, snapshots)
+            found["claims"] = "ok"
+        except AssertionError as failed:
+            found["claims"] = str(failed)[:2000]
+        found["foreign_inside_fenced_window"] = inside
+        return found
+
+    @staticmethod
+    def timing(run: Entry, foreign: Entry, tags, snapshots) -> str:
+        """Where the trial's foreign commit landed in the fenced run, from the versions: the
+        attempt it raced is the one whose commit came after it."""
+        if not foreign.versions:
+            return "no foreign commit" if foreign.ok else "no foreign commit (Delta refused it)"
+        version = foreign.versions[0]
+        reads = [tags[v]["read_version"] for v in run.versions if "read_version" in tags[v]]
+        if run.params.get("read_version") is not None:
+            reads.append(run.params["read_version"])
+        if version <= min(reads, default=run.params["window"][0]):
+            return "before vB"
+        if version > run.params["window"][1]:
+            return "after the run returned"
+        writes = sorted(v for v in run.versions if tags[v].get("step") == "write")
+        later = [w for w in writes if w > version]
+        if not later:
+            if writes:
+                return "after the run's write committed"
+            return "after vB; the run committed nothing after it"
+        write = later[0]
+        if version <= tags[write]["read_version"]:
+            return "after vB; an earlier attempt refused, the retry committed"
+        if version in tags[write].get("tolerated", []):
+            return "before the write's pre-check (tolerated)"
+        snapshot = snapshots[write]
+        if snapshot is not None and version <= snapshot:
+            return "between the pre-check and the write's snapshot"
+        return "during the write (Delta committed the write over it)"
+
+    @staticmethod
+    def raced(run: Entry, version: int, tags: dict[int, dict[str, Any]]) -> bool:
+        """A foreign commit raced the run if it landed after the run's (first) vB and before
+        dbt returned."""
+        reads = [tags[v]["read_version"] for v in run.versions if "read_version" in tags[v]]
+        if run.params.get("read_version") is not None:
+            reads.append(run.params["read_version"])
+        low = min(reads, default=run.params["window"][0])
+        return low < version <= run.params["window"][1]
+
+    def check_claim(self, entry: Entry, alter: Entry | None, mine, tags, history, final) -> None:
+        """What the run said of its write, checked against the history."""
+        writes = [v for v in mine if tags[v].get("step") == "write"]
+        standing = [v for v in writes if v in final]
+        outcome, p = entry.outcome, entry.params
+        if outcome == "committed" and p.get("commit_version") is None:
+            # A thread of contention.fenced_runs reports no version: its one write stands.
+            assert len(standing) == 1, f"{entry}: committed, yet {standing} stand"
+        elif outcome == "committed":
+            assert standing == [p["commit_version"]], f"{entry}: committed, yet {standing} stand"
+        elif outcome == "no_change":
+            assert standing == [], f"{entry}: no change, yet {standing} stand"
+        elif outcome == "never_written":
+            last = [v for v in writes if tags[v]["attempt"] == p["attempts"]]
+            assert standing == [] and last == [], f"{entry}: never written, yet wrote {last}"
+        elif outcome == "written_and_reverted":
+            write, restore = p["write"], p["restore"]
+            assert write in writes, f"{entry}: v{write} is no write of this run"
+            assert restore in mine and self.operation(history, restore) == "RESTORE", entry
+            assert tags[restore]["step"] == "revert", f"{entry}: v{restore} is no revert"
+            assert standing == [], f"{entry}: reverted, yet {standing} stand"
+        elif outcome == "written_not_reverted":
+            assert p["write"] in writes, f"{entry}: v{p['write']} is no write of this run"
+            assert standing == [p["write"]], f"{entry}: NOT reverted, yet {standing} stand"
+        elif outcome == "new_column_raced":
+            assert mine == [], f"{entry}: failed on a new column, yet committed {mine}"
+            assert alter is not None and alter.kind == "ALTER", entry
+            # Delta's arity error names no column: the trial's ALTER is the one.
+            assert p["column"] in (None, alter.params["column"]), entry
+            low, high = p["window"]
+            assert alter.versions and low < alter.versions[0] <= high, (
+                f"{entry}: failed on column {p['column']}, whose ALTER did not race it"
+            )
+        elif outcome in ("unresolved", "not_run"):
+            assert mine == [], f"{entry}: {outcome}, yet committed {mine}"
+        else:
+            assert outcome == "error", entry
+
+    @staticmethod
+    def operation(history, version: int) -> str:
+        return next(r.operation for r in history if r.version == version)
+
+    @staticmethod
+    def invocations(ledger: list[Entry]) -> dict[tuple[str, str], Entry]:
+        found = {}
+        for entry in ledger:
+            if entry.who == "dbt" and entry.params.get("invocation_id"):
+                found[(entry.params["invocation_id"], entry.table)] = entry
+        return found
+
+    @staticmethod
+    def latest(spark, table: str) -> int:
+        return spark.sql(f"describe history {table} limit 1").collect()[0].version
+
+    @staticmethod
+    def read(spark, table: str, key: tuple[str, ...] = ("id",)) -> State:
+        rows = [as_dict(r) for r in spark.sql(f"select * from {table}").collect()]
+        return {key_of(r, key): r for r in rows}
+
+    @staticmethod
+    def record(folder: str, name: str, profile: str, summary: dict, ledger: list[Entry]) -> None:
+        """`<name>.json` (over a server `<name>_<profile>.json`) for docs/reliability.md."""
+        suffix = "" if profile == "session" else f"_{profile}"
+        content = {"summary": summary, "ledger": [asdict(e) for e in ledger]}
+        with open(os.path.join(folder, f"{name}{suffix}.json"), "w") as f:
+            json.dump(content, f, indent=1, default=str)
+        print(json.dumps(summary, indent=1, default=str))
+
+
+class TestSoak(Soak):
     @pytest.fixture(scope="class")
     def models(self):
         return {f"{name}.sql": sql for name, sql in MODELS.items()}
 
     def test_randomized_races_match_the_ledger(
-        self, project, spark, reliability_records, monkeypatch
+        self, project, spark, reliability_records, monkeypatch, dbt_profile_name
     ):
         schema = project.test_schema
         run_dbt(["run"])
@@ -291,20 +648,33 @@ class TestSoak:
             )
             ledger += [fenced, foreign]
             # A fenced run here takes ~1 s from vB to its return: most land inside it.
-            self.trial(project, spark, fenced, foreign, rng.uniform(0, 1.0), extra, monkeypatch)
+            delay = rng.uniform(0, 1.0)
+            foreign.params["delay"] = round(delay, 3)
+            self.trial(project, spark, fenced, foreign, delay, extra, monkeypatch)
         seconds = time.monotonic() - started
 
-        summary: dict[str, Any] = {"seed": SEED, "trials": TRIALS, "seconds": round(seconds)}
+        summary: dict[str, Any] = {
+            "seed": SEED,
+            "trials": TRIALS,
+            "seconds": round(seconds),
+            "profile": dbt_profile_name,
+        }
         landed_inside = 0
+        checks = []
         for table in MODELS:
             check = self.check(spark, f"{schema}.{table}", table, start, initial, ledger)
             landed_inside += check["foreign_inside_fenced_window"]
             summary[table] = check
+            checks.append(check)
         summary |= self.counts(ledger)
         summary["foreign_inside_fenced_window"] = landed_inside
-        with open(os.path.join(reliability_records, "soak.json"), "w") as f:
-            json.dump({"summary": summary, "ledger": [asdict(e) for e in ledger]}, f, indent=1)
-        print(json.dumps(summary, indent=1))
+        summary["kinds"] = {"against an unfenced writer": kind_counts(ledger, checks)}
+        summary["timings"] = self.timings(ledger)
+        summary["explained"] = self.explained(ledger)
+        self.record(reliability_records, "soak", dbt_profile_name, summary, ledger)
+        for table in MODELS:
+            assert summary[table]["ledger_check"] == "ok", (table, summary[table])
+            assert summary[table]["claims"] == "ok", (table, summary[table]["claims"])
         # Every fenced run either did its job or was refused by the fence: a crash, a Delta
         # error let through or a run that never wrote is a failure of the soak, not a count.
         errors = [e for e in ledger if e.who == "dbt" and e.outcome == "error"]
@@ -322,15 +692,19 @@ class TestSoak:
 
         def run_foreign() -> None:
             session = spark.newSession()
-            session.conf.set(USER_METADATA, json.dumps({"soak_op": foreign.number}))
             foreign.error = ""
             try:
-                session.sql(foreign_sql(foreign, table))
+                # SQL, not session.conf: a Thrift client has only SQL.
+                session.sql(f"set {USER_METADATA}={json.dumps({'soak_op': foreign.number})}")
+                session.sql(foreign_sql(foreign, table)).collect()
                 foreign.ok = True
                 if foreign.kind == "ALTER":
                     extra[fenced.table].append(foreign.params["column"])
             except Exception as exc:
                 foreign.error = engine_error(exc)
+            finally:
+                if hasattr(session, "close"):  # a Thrift connection of its own
+                    session.close()
 
         foreign.params["window"] = [self.latest(spark, table)]
         if foreign.moment == "before":
@@ -376,147 +750,6 @@ class TestSoak:
             fenced.outcome = said.pop("outcome")
             fenced.params |= said
 
-    # The check --------------------------------------------------------------------------
-
-    def check(self, spark, table, name, start, initial, ledger) -> dict[str, Any]:
-        history = spark.sql(f"describe history {table}").collect()
-        history = sorted((r for r in history if r.version > start[name]), key=lambda r: r.version)
-        columns = ["id", "grp", "val", "src"]
-        states = {start[name]: initial[name]}
-        # The commits whose change is in the table at each version: a RESTORE to v brings back
-        # exactly v's, so a foreign commit a RESTORE of ours took out shows here.
-        holds: dict[int, frozenset[int]] = {start[name]: frozenset()}
-        by_number = {e.number: e for e in ledger}
-        invocations = self.invocations(ledger)
-        commits: dict[int, list[int]] = {}
-        tags: dict[int, dict[str, Any]] = {}
-        for row in history:
-            tag = json.loads(row.userMetadata) if row.userMetadata else {}
-            tags[row.version] = tag
-            before = states[row.version - 1]
-            holds[row.version] = holds[row.version - 1] | {row.version}
-            if "soak_op" in tag:
-                entry = by_number[tag["soak_op"]]
-                states[row.version] = replay_foreign(entry, before, columns)
-            elif row.operation == "RESTORE":
-                assert tag.get("step") in ("revert", "revert_undo"), (
-                    f"{table} v{row.version}: a foreign RESTORE"
-                )
-                entry = invocations[(tag["invocation_id"], name)]
-                restored = int(row.operationParameters["version"])
-                states[row.version] = states[restored]
-                holds[row.version] = holds[restored]
-            elif tag.get("step") == "write":
-                entry = invocations[(tag["invocation_id"], name)]
-                entry.params["attempts"] = max(entry.params.get("attempts", 1), tag["attempt"])
-                read = states[int(tag["read_version"])]
-                states[row.version] = replay_fenced(entry, read, before, columns)
-            else:
-                raise AssertionError(f"{table} v{row.version} {row.operation}: in no ledger entry")
-            assert entry.table == name
-            commits.setdefault(entry.number, []).append(row.version)
-            entry.versions = commits[entry.number]
-        final = holds[max(holds)]
-
-        ids = spark.sql(f"select count(*) as n, count(distinct id) as d from {table}").first()
-        assert ids.n == ids.d, f"{table}: duplicate ids"
-        actual = self.read(spark, table)
-        expected = states[max(states)]
-        assert sorted(actual) == sorted(expected), f"{table}: rows differ from the ledger's replay"
-        for i, r in expected.items():
-            assert actual[i] == r, f"{table} id {i}: {actual[i]} != ledger's {r}"
-
-        inside = 0
-        left_standing = False
-        for entry in ledger:
-            if entry.table != name:
-                continue
-            mine = commits.get(entry.number, [])
-            if entry.who == "foreign":
-                assert len(mine) <= 1, f"{entry}: committed more than once"
-                if entry.ok and not mine and entry.kind != "OPTIMIZE":
-                    # Delta commits nothing for a statement that matched no row: then it must
-                    # have been a no-op on some version it could have read.
-                    low, high = entry.params["window"]
-                    assert any(
-                        replay_foreign(entry, states[v], list(columns)) == states[v]
-                        for v in range(low, high + 1)
-                    ), f"{entry}: succeeded and would change rows, yet made no commit"
-                if not entry.ok:
-                    assert mine == [], f"{entry}: failed, yet committed"
-                # Never undoing somebody else's commit: each stands in the final table.
-                assert all(v in final for v in mine), f"{entry}: rolled back by a RESTORE"
-                if mine:
-                    run = by_number[entry.number - 1]
-                    entry.params["raced"] = self.raced(run, mine[0], tags)
-                    inside += entry.params["raced"]
-            else:
-                if entry.outcome == "unresolved":
-                    assert left_standing, f"{entry}: refused an earlier run that left nothing"
-                self.check_claim(entry, by_number[entry.number + 1], mine, tags, history, final)
-                left_standing |= entry.outcome == "written_not_reverted"
-        return {
-            "commits": len(history),
-            "rows": len(actual),
-            "ledger_check": "ok",
-            "foreign_inside_fenced_window": inside,
-        }
-
-    @staticmethod
-    def raced(run: Entry, version: int, tags: dict[int, dict[str, Any]]) -> bool:
-        """A foreign commit raced the run if it landed after the run's (first) vB and before
-        dbt returned."""
-        reads = [tags[v]["read_version"] for v in run.versions if "read_version" in tags[v]]
-        if run.params.get("read_version") is not None:
-            reads.append(run.params["read_version"])
-        low = min(reads, default=run.params["window"][0])
-        return low < version <= run.params["window"][1]
-
-    def check_claim(self, entry: Entry, alter: Entry, mine, tags, history, final) -> None:
-        """What the run said of its write, checked against the history."""
-        writes = [v for v in mine if tags[v].get("step") == "write"]
-        standing = [v for v in writes if v in final]
-        outcome, p = entry.outcome, entry.params
-        if outcome == "committed":
-            assert standing == [p["commit_version"]], f"{entry}: committed, yet {standing} stand"
-        elif outcome == "no_change":
-            assert standing == [], f"{entry}: no change, yet {standing} stand"
-        elif outcome == "never_written":
-            last = [v for v in writes if tags[v]["attempt"] == p["attempts"]]
-            assert standing == [] and last == [], f"{entry}: never written, yet wrote {last}"
-        elif outcome == "written_and_reverted":
-            write, restore = p["write"], p["restore"]
-            assert write in writes, f"{entry}: v{write} is no write of this run"
-            assert restore in mine and self.operation(history, restore) == "RESTORE", entry
-            assert tags[restore]["step"] == "revert", f"{entry}: v{restore} is no revert"
-            assert standing == [], f"{entry}: reverted, yet {standing} stand"
-        elif outcome == "written_not_reverted":
-            assert p["write"] in writes, f"{entry}: v{p['write']} is no write of this run"
-            assert standing == [p["write"]], f"{entry}: NOT reverted, yet {standing} stand"
-        elif outcome == "new_column_raced":
-            assert mine == [], f"{entry}: failed on a new column, yet committed {mine}"
-            assert alter.kind == "ALTER" and alter.params["column"] == p["column"], entry
-            low, high = p["window"]
-            assert alter.versions and low < alter.versions[0] <= high, (
-                f"{entry}: failed on column {p['column']}, whose ALTER did not race it"
-            )
-        elif outcome == "unresolved":
-            assert mine == [], f"{entry}: refused an unresolved run, yet committed {mine}"
-        else:
-            assert outcome == "error", entry
-
-    @staticmethod
-    def operation(history, version: int) -> str:
-        return next(r.operation for r in history if r.version == version)
-
-    @staticmethod
-    def invocations(ledger: list[Entry]) -> dict[tuple[str, str], Entry]:
-        found = {}
-        for entry in ledger:
-            if entry.who == "dbt" and entry.params.get("invocation_id"):
-                found[(entry.params["invocation_id"], entry.table)] = entry
-        return found
-
     @staticmethod
     def conflict(entry: Entry) -> bool:
         return "DELTA_CONCURRENT" in entry.error or "Concurrent" in entry.error
@@ -524,17 +757,29 @@ class TestSoak:
     def counts(self, ledger: list[Entry]) -> dict[str, Any]:
         fenced = [e for e in ledger if e.who == "dbt"]
         foreign = [e for e in ledger if e.who == "foreign"]
-        refused = ("never_written", "written_and_reverted", "written_not_reverted")
         return {
             "fenced_runs": len(fenced),
             "fenced_committed": sum(e.outcome == "committed" for e in fenced),
             "fenced_no_change": sum(e.outcome == "no_change" for e in fenced),
-            "fence_failures": sum(e.outcome in refused for e in fenced),
+            "fence_failures": sum(e.outcome in REFUSED for e in fenced),
             "reverted": sum(e.outcome == "written_and_reverted" for e in fenced),
             "not_reverted": sum(e.outcome == "written_not_reverted" for e in fenced),
             "unresolved": sum(e.outcome == "unresolved" for e in fenced),
+            "new_column_raced": sum(e.outcome == "new_column_raced" for e in fenced),
+            "new_column_raced_via": {
+                via: sum(e.params.get("via") == via for e in fenced)
+                for via in (
+                    "DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS",
+                    "DELTA_INSERT_COLUMN_ARITY_MISMATCH",
+                )
+            },
             "other_failures": sum(e.outcome == "error" for e in fenced),
             "retries": sum(e.params.get("attempts", 1) - 1 for e in fenced),
+            "restores": sum(len(e.params.get("restores", [])) for e in fenced),
+            "refused_by": {
+                d: sum(e.outcome in REFUSED and e.params.get("detected") == d for e in fenced)
+                for d in sorted({e.params.get("detected", "") for e in fenced} - {""})
+            },
             "foreign_ops": len(foreign),
             "foreign_committed": sum(e.ok for e in foreign),
             "foreign_failed_on_delta_conflict": sum(not e.ok and self.conflict(e) for e in foreign),
@@ -543,9 +788,240 @@ class TestSoak:
         }
 
     @staticmethod
-    def latest(spark, table: str) -> int:
-        return spark.sql(f"describe history {table} limit 1").first().version
+    def timings(ledger: list[Entry]) -> dict[str, dict[str, int]]:
+        """Per timing of the trial's foreign commit: trials, and those whose run needed a
+        RESTORE, ended "NOT reverted", was refused, ended green."""
+        found: dict[str, dict[str, int]] = {}
+        for e in ledger:
+            if e.who != "dbt" or "timing" not in e.params:
+                continue
+            t = found.setdefault(
+                e.params["timing"],
+                {"trials": 0, "restore": 0, "not_reverted": 0, "refused": 0, "green": 0},
+            )
+            t["trials"] += 1
+            t["restore"] += bool(e.params.get("restores"))
+            t["not_reverted"] += e.outcome == "written_not_reverted"
+            t["refused"] += e.outcome in REFUSED
+            t["green"] += e.ok
+        return found
 
     @staticmethod
-    def read(spark, table: str) -> State:
-        return {r["id"]: r.asDict() for r in spark.sql(f"select * from {table}").collect()}
+    def explained(ledger: list[Entry]) -> list[dict[str, Any]]:
+        """Every run that needed a RESTORE or ended "NOT reverted", with the foreign commit of
+        its trial and that commit's timing."""
+        by_number = {e.number: e for e in ledger}
+        found = []
+        for e in ledger:
+            if e.who != "dbt" or not (e.params.get("restores") or e.outcome == REFUSED[2]):
+                continue
+            foreign = by_number[e.number + 1]
+            found.append(
+                {
+                    "entry": e.number,
+                    "table": e.table,
+                    "strategy": e.kind,
+                    "outcome": e.outcome,
+                    "detected": e.params.get("detected"),
+                    "vB": e.params.get("read_version"),
+                    "writes": [v for v in e.versions if v not in e.params["restores"]],
+                    "restores": e.params["restores"],
+                    "foreign": f"{foreign.kind} v{foreign.versions[0]}"
+                    if foreign.versions
+                    else f"{foreign.kind} (no commit)",
+                    "moment": foreign.moment,
+                    "delay": foreign.params.get("delay"),
+                    "timing": e.params.get("timing"),
+                }
+            )
+        return found
+
+
+class TestFencedSoak(Soak):
+    """K fenced writers at once on one table, checked by the same ledger replay."""
+
+    @pytest.fixture(scope="class")
+    def models(self, dbt_profile_name):
+        # Over a server the writers are `dbt run` processes of contention's models (re-written
+        # with fence_retries K for each trial); on the session, threads drive the fence.
+        return contention.models(max(FENCED_K)) if dbt_profile_name != "session" else {}
+
+    def test_fenced_writers_match_the_ledger(
+        self, project, spark, reliability_records, dbt_profile_name
+    ):
+        schemas = {k: f"{project.test_schema}_k{k}" for k in FENCED_K}
+        tables = ("counter", "batches")
+        start: dict[int, dict[str, int]] = {}
+        initial: dict[int, dict[str, State]] = {}
+        for k, schema in schemas.items():
+            self.contention_tables(spark, schema)
+            start[k] = {t: self.latest(spark, f"{schema}.{t}") for t in tables}
+            initial[k] = {
+                t: self.read(spark, f"{schema}.{t}", KEYS.get(t, ("id",))) for t in tables
+            }
+        ledger: list[Entry] = []
+        codes: dict[int, dict[str, int]] = {k: {} for k in FENCED_K}
+        started = time.monotonic()
+        seconds_per_k: dict[int, float] = dict.fromkeys(FENCED_K, 0.0)
+        try:
+            for trial in range(FENCED_TRIALS):
+                k = FENCED_K[trial % len(FENCED_K)]
+                schema = schemas[k]
+                names = contention.run_names(trial, k)
+                runs: dict[str, dict[str, Entry]] = {}
+                for name in names:
+                    runs[name] = {}
+                    for table in tables:
+                        runs[name][table] = Entry(
+                            len(ledger),
+                            "dbt",
+                            table,
+                            "merge" if table == "counter" else "append_if_unchanged",
+                            {"run": name, "k": k, "trial": trial, "retries": k},
+                        )
+                        ledger.append(runs[name][table])
+                first = {t: self.latest(spark, f"{schema}.{t}") for t in tables}
+                began = time.monotonic()
+                if dbt_profile_name == "session":
+                    found = self.fenced_threads(spark, schema, runs, k)
+                else:
+                    found = self.fenced_processes(project, schema, runs, k)
+                seconds_per_k[k] += time.monotonic() - began
+                codes[k].update(found)
+                for table in tables:
+                    returned = self.latest(spark, f"{schema}.{table}")
+                    for name in names:
+                        runs[name][table].params["window"] = [first[table], returned]
+        finally:
+            seconds = time.monotonic() - started
+
+            summary: dict[str, Any] = {
+                "trials": FENCED_TRIALS,
+                "trials_per_k": {
+                    k: sum(FENCED_K[t % 3] == k for t in range(FENCED_TRIALS)) for k in FENCED_K
+                },
+                "seconds": round(seconds),
+                "seconds_per_k": {k: round(v) for k, v in seconds_per_k.items()},
+                "profile": dbt_profile_name,
+                "retries": "K (each writer's fence_retries is the number of writers)",
+                "kinds": {},
+                "tables": {},
+                "tallies": {},
+            }
+            for k, schema in schemas.items():
+                mine = [e for e in ledger if e.params["k"] == k]
+                checks = []
+                for table in tables:
+                    check = self.check(
+                        spark, f"{schema}.{table}", table, start[k], initial[k], mine
+                    )
+                    summary["tables"][f"K={k} {table}"] = check
+                    checks.append(check)
+                summary["kinds"][f"fenced against fenced, K={k}"] = kind_counts(mine, checks)
+                tally = contention.tally(contention.dict_rows(spark), schema, codes[k])
+                summary["tallies"][f"K={k}"] = {
+                    "runs": len(tally.runs),
+                    "green": tally.green,
+                    "counter": tally.counter,
+                    "batches_once": sum(
+                        tally.batches.get(n) == contention.BATCH_ROWS for n in tally.runs
+                    ),
+                    "restores": tally.restores,
+                    "problems": tally.problems(),
+                }
+            self.record(reliability_records, "soak_fenced", dbt_profile_name, summary, ledger)
+            for schema in schemas.values():
+                spark.sql(f"drop schema if exists {schema} cascade")
+        for name, check in summary["tables"].items():
+            assert check["ledger_check"] == "ok", (name, check)
+            assert check["claims"] == "ok", (name, check["claims"])
+        red = [e for e in ledger if not e.ok]
+        assert not red, f"fenced runs that did not commit within fence_retries K: {red}"
+        # No compensating RESTORE between fenced writers: Delta refused each overtaken write
+        # inside its commit. And the table is a serial result: the counter counts every run.
+        for k, tally in summary["tallies"].items():
+            assert tally["problems"] == [], (k, tally)
+        # They raced: some write was refused and retried, which only another writer's commit
+        # after its vB can cause.
+        assert any(e.params.get("attempts", 1) > 1 for e in ledger)
+
+    @staticmethod
+    def contention_tables(spark, schema: str) -> None:
+        """contention's two tables as their first `dbt run` leaves them: the counter at 0, the
+        batch 'first'."""
+        spark.sql(f"create schema if not exists {schema}")
+        spark.sql(f"create table {schema}.counter using delta as select 0 as id, 0 as n")
+        spark.sql(
+            f"create table {schema}.batches using delta as "
+            f"select 'first' as run, id from range({contention.BATCH_ROWS})"
+        )
+
+    @staticmethod
+    def fenced_threads(spark, schema: str, runs: dict[str, dict[str, Entry]], k: int):
+        """The runs as contention.fenced_runs threads (counter, then batches), each with a
+        session of its own; each run's claim from its exception."""
+        codes = contention.fenced_runs(spark, schema, list(runs), k)
+        for name, code in codes.items():
+            entries = runs[name]
+            for entry in entries.values():
+                entry.params["invocation_id"] = contention.invocations[name]
+            if code == 0:
+                for entry in entries.values():
+                    entry.ok, entry.outcome = True, "committed"
+                continue
+            message = str(contention.errors[name])
+            failed = "counter" if f"{schema}.counter" in message else "batches"
+            said = claim(message)
+            entries[failed].outcome = said.pop("outcome")
+            entries[failed].params |= said
+            entries[failed].error = message[:2000]
+            if failed == "counter":
+                entries["batches"].outcome = "not_run"  # a thread writes batches after counter
+            else:
+                entries["counter"].ok, entries["counter"].outcome = True, "committed"
+        return codes
+
+    @staticmethod
+    def fenced_processes(project, schema: str, runs: dict[str, dict[str, Entry]], k: int):
+        """The runs as `dbt run` processes at once (a server's clients), writing `schema`
+        through a profile of their own, with fence_retries K; each node's claim from its run
+        results."""
+        for name, sql in contention.models(k).items():
+            with open(os.path.join(project.project_root, "models", name), "w") as f:
+                f.write(sql)
+        with open(os.path.join(project.profiles_dir, "profiles.yml")) as f:
+            profiles = yaml.safe_load(f)
+        for profile in profiles.values():
+            for output in profile["outputs"].values():
+                output["schema"] = schema
+        folder = os.path.join(project.project_root, f"profiles_{schema}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "profiles.yml"), "w") as f:
+            yaml.safe_dump(profiles, f)
+        # The last --profiles-dir is the one dbt reads.
+        args = ("--select", "counter", "batches", "--profiles-dir", folder)
+        started = {name: dbt_process(project, name, {"run": name}, *args) for name in runs}
+        codes = {name: process.wait(timeout=1800) for name, process in started.items()}
+        for name, entries in runs.items():
+            path = os.path.join(project.project_root, f"target_{name}", "run_results.json")
+            if not os.path.exists(path):
+                for entry in entries.values():
+                    entry.outcome, entry.error = "error", process_output(project, name)[-2000:]
+                continue
+            with open(path) as f:
+                results = json.load(f)
+            for result in results["results"]:
+                entry = entries[result["unique_id"].rsplit(".", 1)[-1]]
+                entry.params["invocation_id"] = results["metadata"]["invocation_id"]
+                entry.ok = result["status"] == "success"
+                if entry.ok:
+                    response = result["adapter_response"] or {}
+                    entry.outcome = response.get("fence_outcome") or "error"
+                    entry.params["read_version"] = response.get("read_version")
+                    entry.params["commit_version"] = response.get("commit_version")
+                else:
+                    entry.error = (result["message"] or "")[:2000]
+                    said = claim(result["message"] or "")
+                    entry.outcome = said.pop("outcome")
+                    entry.params |= said
+        return codes

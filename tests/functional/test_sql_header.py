@@ -1,5 +1,6 @@
 """A node's sql_header: its statements run on their own, once per run of the node, in its
-session, before the statement dbt put them above; nothing else is cut or run twice."""
+session, before the statement dbt put them above; nothing else is cut or run twice. A header
+that ends in the start of the query (a WITH, no `;`) stays in front of the query, on every path."""
 
 import json
 
@@ -106,7 +107,14 @@ class TestSqlHeader:
         assert rows(spark, f"select id from {table} order by id") == [(i,) for i in range(1, 6)]
 
     def test_a_hook_that_starts_with_the_header_text_runs_whole(self, project):
-        run_dbt(["run", "--select", "prefixed"])
+        # The header is split off the statement it opens; the post-hook, which starts with
+        # the header's text, is its own statement and must reach Spark whole, once.
+        _, out = run_dbt_and_capture(["--debug", "run", "--select", "prefixed"])
+        sent = [line.strip() for line in out.splitlines() if "shuffle.partitions" in line]
+        assert sent == [
+            "set spark.sql.shuffle.partitions = 20",
+            "set spark.sql.shuffle.partitions = 200",
+        ]
 
     def test_a_refused_header_names_the_model_and_the_statement(self, project):
         _, out = run_dbt_and_capture(["run", "--select", "refused"], expect_pass=False)
@@ -125,6 +133,153 @@ class TestSqlHeader:
         assert "Asia/Kolkata" in out
 
     def test_a_data_test_gets_the_same_header_whether_stored_or_not(self, project):
+        # dbt runs a data test's query without its sql_header (its one row is the session's
+        # own zone), stored or not: the same answer either way, never the header run twice.
         plain = run_dbt(["test", "--select", "zoned_test"], expect_pass=False)
         stored = run_dbt(["test", "--select", "zoned_test", "--store-failures"], False)
-        assert plain.results[0].status == stored.results[0].status
+        assert [(r.status, r.failures) for r in plain.results] == [("fail", 1)]
+        assert [(r.status, r.failures) for r in stored.results] == [("fail", 1)]
+
+
+# dbt's own BaseShowSqlHeader model: the header opens the model's query.
+OPENS = """{% call set_sql_header(config) %}
+with _variables as (
+    select 1 as my_variable
+)
+{%- endcall %}
+"""
+# A statement, then the start of the query: the statement runs on its own, the WITH stays.
+BOTH = """{% call set_sql_header(config) %}
+set time zone 'Asia/Kolkata';
+with _variables as (select 1 as id, current_timezone() as zone)
+{%- endcall %}
+"""
+OPENED = OPENS + "select my_variable from _variables\n"
+OPENED_TABLE = "{{ config(materialized='table') }}\n" + BOTH + "select id, zone from _variables\n"
+# Fenced on its second run: the write's own source (a subquery), and a staged view.
+OPENED_MERGE = (
+    "{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}\n"
+    + BOTH
+    + "select id, zone from _variables\n"
+)
+OPENED_STAGED = OPENED_MERGE.replace("unique_key='id'", "unique_key='id', on_schema_change='fail'")
+# A hint is part of the query too: Spark takes it after SELECT only.
+HINTED = """{{ config(materialized='table') }}
+{% call set_sql_header(config) %}
+select /*+ REPARTITION(1) */
+{%- endcall %}
+1 as y
+"""
+# The fragment reads the target: the model reads {{ this }}, fenced, its read pinned.
+SELF_READ = """{{ config(materialized='incremental', incremental_strategy='append',
+                          fence_retries=1) }}
+{% call set_sql_header(config) %}
+with _top as (select coalesce(max(id), 0) as top from {{ this }})
+{%- endcall %}
+select top + 1 as id from _top
+"""
+TWO_WITHS = (
+    "{{ config(materialized='table') }}\n" + OPENS + "with x as (select 1 as y) select y from x\n"
+)
+# As dbt's default create: the whole header glued above CREATE, where Spark takes no WITH.
+GLUED = """{% materialization glued, adapter='fenced_spark' %}
+  {% call statement('main') %}
+    {{ config.get('sql_header') }}
+    create table {{ this }} using delta as {{ sql }}
+  {% endcall %}
+  {{ return({'relations': [this]}) }}
+{% endmaterialization %}
+"""
+OPENED_SCHEMA = """
+models:
+  - name: opened_table
+    config:
+      contract: {enforced: true}
+    columns:
+      - name: id
+        data_type: int
+      - name: zone
+        data_type: string
+"""
+OPENED_SNAPSHOT = (
+    """
+{% snapshot opened_snapshot %}
+{{ config(unique_key='id', strategy='check', check_cols=['zone']) }}
+"""
+    + BOTH
+    + """
+select id, zone from _variables
+{% endsnapshot %}
+"""
+)
+
+
+class TestHeaderThatOpensTheQuery:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "opened.sql": OPENED,
+            "opened_table.sql": OPENED_TABLE,
+            "opened_merge.sql": OPENED_MERGE,
+            "opened_staged.sql": OPENED_STAGED,
+            "hinted.sql": HINTED,
+            "self_read.sql": SELF_READ,
+            "two_withs.sql": TWO_WITHS,
+            "glued.sql": "{{ config(materialized='glued') }}\n" + OPENED,
+            "schema.yml": OPENED_SCHEMA,
+        }
+
+    @pytest.fixture(scope="class")
+    def macros(self):
+        return {"glued.sql": GLUED}
+
+    @pytest.fixture(scope="class")
+    def snapshots(self):
+        return {"opened_snapshot.sql": OPENED_SNAPSHOT}
+
+    def test_dbt_show_keeps_it_on_the_query(self, project):
+        shown = run_dbt(["show", "--select", "opened"])
+        assert [tuple(row) for row in shown.results[0].agate_table] == [(1,)]
+        shown = run_dbt(["show", "--select", "opened_table"])
+        assert [tuple(row) for row in shown.results[0].agate_table] == [(1, "Asia/Kolkata")]
+
+    def test_creates_contracts_and_fenced_writes_put_it_in_front_of_the_query(self, project, spark):
+        built = "opened opened_table opened_merge opened_staged hinted"
+        run_dbt(["run", "--select", built])
+        results = run_dbt(["run", "--select", built])
+        outcomes = {r.node.name: r.adapter_response.get("fence_outcome") for r in results}
+        assert outcomes["opened_merge"] == outcomes["opened_staged"] == "committed"
+        schema = project.test_schema
+        assert rows(spark, f"select * from {schema}.opened") == [(1,)]
+        assert rows(spark, f"select * from {schema}.hinted") == [(1,)]
+        for name in ["opened_table", "opened_merge", "opened_staged"]:
+            assert rows(spark, f"select id, zone from {schema}.{name}") == [(1, "Asia/Kolkata")]
+
+    def test_a_fragment_that_reads_the_target_is_pinned_and_retried(
+        self, project, spark, monkeypatch
+    ):
+        table = f"{project.test_schema}.self_read"
+        spark.sql(f"create table {table} (id bigint) using delta")
+        spark.sql(f"insert into {table} values (1)")
+        _, out = run_dbt_and_capture(["--debug", "run", "--select", "self_read"])
+        assert "appends and reads {{ this }}: running as append_if_unchanged" in out
+        assert f"from {table} VERSION AS OF 1)" in out
+        writer = ForeignAt(monkeypatch, spark, "vb", f"insert into {table} values (10)")
+        run_dbt(["run", "--select", "self_read"])
+        assert writer.fired == 1
+        # Refused at vB, then recomputed on their commit: 10 + 1, not 2 + 1.
+        assert rows(spark, f"select id from {table} order by id") == [(1,), (2,), (10,), (11,)]
+
+    def test_a_snapshot_keeps_it_on_its_query(self, project, spark):
+        run_dbt(["snapshot"])
+        results = run_dbt(["snapshot"])  # fenced: dbt's check query and the staging
+        assert results.results[0].adapter_response["fence_outcome"] == "committed"
+        table = f"{project.test_schema}.opened_snapshot"
+        assert rows(spark, f"select id, zone, dbt_valid_to is null from {table}") == [
+            (1, "Asia/Kolkata", True)
+        ]
+
+    def test_where_it_cannot_stand_the_error_names_the_header(self, project):
+        _, out = run_dbt_and_capture(["run", "--select", "two_withs glued"], expect_pass=False)
+        assert "two_withs: its sql_header ends in a WITH clause that opens the model's query" in out
+        assert "glued: its sql_header ends in `with ...` with no `;`" in out

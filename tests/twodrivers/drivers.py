@@ -47,7 +47,15 @@ def history(rows: list[dict]) -> list[HistoryEntry]:
 class DbtProject:
     """dbt_project.yml, models and a profiles.yml whose targets are the drivers' profiles."""
 
-    def __init__(self, root: Path, lakehouse: SharedLakehouse, models: dict[str, str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        lakehouse: SharedLakehouse,
+        models: dict[str, str],
+        configs: dict[str, Any] | None = None,
+    ) -> None:
+        """`configs`: dbt_project.yml's model configs besides the file format, such as a
+        pre-hook of every model (`{"+pre-hook": ...}`) or of one (`{"counter": {...}}`)."""
         self.root = root
         self.lakehouse = lakehouse
         # A schema per test: the lakehouse (and its metastore) lives for the whole pytest run.
@@ -62,7 +70,7 @@ class DbtProject:
             "config-version": 2,
             "profile": PROFILE,
             # Stock dbt-spark's default is parquet; fenced_spark's is delta already.
-            "models": {"+file_format": "delta"},
+            "models": {"+file_format": "delta", **({"twodrivers": configs} if configs else {})},
         }
         (root / "dbt_project.yml").write_text(yaml.safe_dump(project))
 

@@ -33,10 +33,23 @@ class FakeTable:
         return self.commits[-1].version
 
     def commit(
-        self, operation: str, rows: frozenset[str], read: int, metadata=None, parameters=None
+        self,
+        operation: str,
+        rows: frozenset[str],
+        read: int,
+        metadata=None,
+        parameters=None,
+        metrics=None,
     ) -> None:
         self.commits.append(
-            Commit(self.latest + 1, operation, read, metadata, parameters=parameters or {})
+            Commit(
+                self.latest + 1,
+                operation,
+                read,
+                metadata,
+                metrics=metrics or {},
+                parameters=parameters or {},
+            )
         )
         self.rows.append(rows)
 
@@ -74,7 +87,14 @@ class FakeTable:
         else:
             rows, operation = self.rows[read] | {sql}, sql.split()[0].upper()
             parameters = {}
-        self.commit(operation, rows, read, self.conf.get(USER_METADATA), parameters)
+        metrics = None
+        if "empty" in sql:
+            # A write with the fence's SetTransaction that changed no rows commits only that.
+            rows, metrics = (
+                self.rows[read],
+                {"numTargetFilesAdded": "0", "numTargetFilesRemoved": "0"},
+            )
+        self.commit(operation, rows, read, self.conf.get(USER_METADATA), parameters, metrics)
         self.conf[LAST_COMMIT] = str(self.latest)  # Delta records it in the committing session
 
     def history(self, table: str, limit: int) -> list[Commit]:

@@ -95,10 +95,43 @@ class CommitLandingMidRead(_Log):
 
 def test_a_commit_that_lands_between_open_and_probe_is_read_not_raised():
     log = CommitLandingMidRead()
-    assert log.commit_info(52) == {"operation": "WRITE", "readVersion": 51}
+    assert log.head(52) == ({"operation": "WRITE", "readVersion": 51}, None)
     assert log.opens == 2
 
 
 def test_a_missing_commit_is_none():
     log = CommitLandingMidRead()
-    assert log.commit_info(53) is None
+    assert log.head(53) is None
+
+
+class Commit(_Log):
+    def __init__(self, lines: list[str]) -> None:
+        self.text = lines
+
+    def has(self, version: int) -> bool:
+        return True
+
+    def _lines(self, name: str) -> Reader:
+        return Reader(self.text)
+
+
+INFO = json.dumps({"commitInfo": {"operation": "MERGE"}})
+ADD = json.dumps({"add": {"path": "a.parquet", "dataChange": True}})
+
+
+def txn(app: str, version: int) -> str:
+    return json.dumps({"txn": {"appId": app, "version": version, "lastUpdated": 1}})
+
+
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        ([INFO, txn("dbt-fenced-spark", 7), ADD], 7),
+        ([INFO, txn("a-stream", 3), ADD], None),  # another writer's idempotent write
+        ([INFO, ADD, txn("dbt-fenced-spark", 7)], None),  # after the files: not Delta's order
+        ([txn("dbt-fenced-spark", 5), INFO, ADD], 5),
+        ([INFO], None),
+    ],
+)
+def test_head_reads_the_fences_txn_before_the_files(lines, expected):
+    assert Commit(lines).head(1) == ({"operation": "MERGE"}, expected)

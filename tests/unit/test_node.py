@@ -4,7 +4,7 @@ escapes it (docs/limits.md lists the same)."""
 import pytest
 
 from dbt.adapters.fenced_spark.fence.node import PIN, STEP, TAG, NodeTransaction, Phase
-from dbt.adapters.fenced_spark.fence.rewriter import READ, WRITE, statement_kind
+from dbt.adapters.fenced_spark.fence.statements import READ, WRITE, statement_kind
 
 READS = "select max(id) from analytics.orders"
 WRITES = "delete from analytics.orders where id >= 5"
@@ -25,7 +25,7 @@ def node(phase: Phase) -> NodeTransaction:
         (Phase.COMPILE, PIN, STEP),
         (Phase.MATERIALIZE, None, None),
         (Phase.PRE_HOOK, PIN, STEP),
-        (Phase.MODEL, None, None),
+        (Phase.MODEL, PIN, None),  # the sql_header runs here, before the write
         (Phase.SCHEMA_CHANGE, None, STEP),
         (Phase.POST_HOOK, None, TAG),
         (Phase.DONE, None, None),

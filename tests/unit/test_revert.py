@@ -360,6 +360,32 @@ def test_an_earlier_run_that_died_before_its_verdict_refuses_the_next(strategy):
     fence(table).check_earlier_runs(state(expected=8), frozenset())
 
 
+@pytest.mark.parametrize("read_itself", [False, True])
+def test_a_strict_write_over_commits_that_changed_nothing_it_read_is_serial(read_itself):
+    """An append_if_unchanged left standing above a commit in its gap (its revert failed, or
+    its run died) is refused at write time by any data change; the next run judges the gap by
+    what it read (its tag's scope): a blind append over another writer's rows is a serial
+    result, and blocks nobody. One that read the table is still refused."""
+    table = FakeTable()
+    why = "append_if_unchanged is refused by any change to the rows of its table"
+    reads = (ReadFilter(None),) if read_itself else ()
+    scope = Scope(reads=reads, any_change=True, why_any=why)
+    s = FenceState(TABLE, "a.t", "append_if_unchanged", 0, 0, "inv-0", "model.p.t", scope=scope)
+    table.foreign("theirs")  # v1: in its gap, after its pre-check
+    with fence(table).tagged(s, "write"):
+        table.execute("insert into t")  # v2, strict: it read v1
+    table.foreign("later")  # v3: above it
+    assert table.commits[2].tag is not None and table.commits[2].tag.scope is not None
+    check = lambda: fence(table).check_earlier_runs(state(expected=3), frozenset())  # noqa: E731
+    if not read_itself:
+        check()
+        return
+    from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved
+
+    with pytest.raises(FenceUnresolved):
+        check()
+
+
 def test_an_earlier_run_that_reached_its_verdict_or_held_is_not_reported():
     table = FakeTable()
     earlier_run(table)
@@ -697,3 +723,57 @@ def test_a_head_read_at_another_version_is_no_reason_to_skip_the_pre_check():
     stepped = replace(f.head_seen(state()), expected_version=1)  # our own step since
     f.precheck(stepped)
     assert table.reads  # read again, though no time passed
+
+
+def test_an_empty_write_that_lost_a_race_is_never_written_and_nothing_is_restored():
+    # Under the fence's SetTransaction an empty MERGE commits only that: nothing of it can have
+    # overwritten theirs, so no RESTORE (a commit with windows of its own), and a retry may go.
+    table = FakeTable()
+    table.before = lambda sql: table.foreign("theirs")
+    error = refused(lambda: fence(table).write(state(), "merge into t empty"))
+    assert [c.operation for c in table.commits[1:]] == ["WRITE", "MERGE"]
+    report = error.report
+    assert report.outcome == Outcome.NEVER_WRITTEN and report.nothing_of_ours_remains
+    assert report.our_version is None and report.standing == []
+    text = report.message()
+    assert (
+        "this run's write: never written: its commit v2 MERGE changed no rows (it holds only "
+        "the fence's SetTransaction), so the table is as the other writer(s) left it." in text
+    )
+    assert "RESTORE" not in text and "fix the table by hand" not in text
+    # The same write below a later commit: still nothing to undo, nothing NOT reverted.
+    table = FakeTable()
+
+    def theirs_before_and_after(sql):
+        table.foreign("theirs")
+        table.before = lambda sql: None
+
+    table.before = theirs_before_and_after
+    real = table.execute
+
+    def and_one_after(sql):
+        real(sql)
+        if sql.startswith("merge"):
+            table.foreign("later")
+
+    table.execute = and_one_after
+    error = refused(lambda: fence(table).write(state(), "merge into t empty"))
+    assert [c.operation for c in table.commits[1:]] == ["WRITE", "MERGE", "WRITE"]
+    assert error.report.outcome == Outcome.NEVER_WRITTEN
+    assert "NOT reverted" not in error.report.message()
+
+
+def test_an_earlier_run_whose_empty_write_stands_over_a_conflict_holds():
+    # A run killed after an empty write's commit (only the SetTransaction) over a commit that
+    # conflicts: nothing of it can have lost that change, so the next run is not refused.
+    table = FakeTable()
+    s = FenceState(TABLE, "a.t", "merge", 0, 0, "inv-0", "model.p.t")
+    table.foreign("theirs")
+    with fence(table).tagged(s, "write"):
+        table.execute("merge into t empty")
+    table.foreign("later")
+    fence(table).check_earlier_runs(state(expected=3), frozenset())
+    # A write that did change rows, the same way, still refuses the next run.
+    earlier_run(table)
+    with pytest.raises(FenceUnresolved):
+        fence(table).check_earlier_runs(state(expected=5), frozenset())

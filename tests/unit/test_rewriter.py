@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence import rewriter
+from dbt.adapters.fenced_spark.fence import rewriter, statements
 from dbt.adapters.fenced_spark.fence.rewriter import as_subquery, pin_self_reads, reads_self
 
 
@@ -386,9 +386,9 @@ def test_bare_names_are_not_guessed_when_sqlglot_cannot_parse(monkeypatch):
 
 
 def test_a_bare_write_after_use_is_a_write_of_the_target():
-    kind = rewriter.statement_kind
+    kind = statements.statement_kind
     assert kind("delete from orders where id > 3", "analytics", "orders", None, "analytics") == (
-        rewriter.WRITE
+        statements.WRITE
     )
     assert kind("delete from orders where id > 3", "analytics", "orders") is None
 

@@ -1,6 +1,10 @@
-"""A node's sql_header is split off the statement dbt glues it to, one statement at a time."""
+"""A node's sql_header is split off the statement dbt glues it to, one statement at a time; a
+fragment that ends it and opens the query stays in front of the query."""
 
 from types import SimpleNamespace
+
+import pytest
+from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import sql_header
 
@@ -72,3 +76,45 @@ def test_what_is_left_after_the_header_is_a_statement_unless_only_comments():
     assert not sql_header.has_statement(" -- the header was all of it\n;")
     assert sql_header.has_statement("-- c \\\nselect 1")
     assert sql_header.has_statement("select 1")
+
+
+def test_a_with_after_the_last_semicolon_is_a_fragment_of_the_query():
+    header = "set time zone 'UTC';\n-- vars\nwith _v as (select 'a;b' as x)\n"
+    assert sql_header.split(header) == (
+        "set time zone 'UTC';",
+        "-- vars\nwith _v as (select 'a;b' as x)",
+    )
+    assert sql_header.split("\nwith _v as (select 1)") == ("", "with _v as (select 1)")
+    assert sql_header.split("select /*+ REPARTITION(2) */") == ("", "select /*+ REPARTITION(2) */")
+
+
+def test_a_part_without_a_semicolon_that_opens_no_query_is_a_statement():
+    # Glued in front of a CREATE, Spark would read the CREATE as the SET's value.
+    for header in ["set spark.sql.shuffle.partitions = 20", "select 1", "set a=1; set b=2"]:
+        assert sql_header.split(header) == (header, "")
+    assert sql_header.split("set a=1; -- done\n") == ("set a=1; -- done\n", "")
+    assert sql_header.split("set a = 'unclosed") == ("set a = 'unclosed", "")
+
+
+def test_a_node_header_keeps_its_statements_and_its_fragment_apart():
+    node = SimpleNamespace(name="m", config={"sql_header": "set a=1;\nwith v as (select 1)"})
+    assert sql_header.of_node(node) == sql_header.NodeHeader(
+        "m", "set a=1;", fragment="with v as (select 1)"
+    )
+
+
+def test_the_fragment_goes_in_front_of_the_query_unless_it_has_a_with_of_its_own():
+    assert sql_header.in_front("", "select 1", "m") == "select 1"
+    assert sql_header.in_front("with v as (select 1)", "select * from v", "m") == (
+        "with v as (select 1)\nselect * from v"
+    )
+    with pytest.raises(DbtRuntimeError, match="m: its sql_header ends in a WITH clause"):
+        sql_header.in_front("with v as (select 1)", "-- c\nWITH w as (select 2) select 1", "m")
+
+
+def test_a_fragment_glued_in_front_of_a_create_is_refused_naming_the_header():
+    fragment = "with v as (select 1)"
+    with pytest.raises(DbtRuntimeError, match="m: its sql_header ends in `with ...` with no"):
+        sql_header.check_placed(f"{COMMENT}{fragment}\n create table t as select 1", fragment, "m")
+    sql_header.check_placed(f"{COMMENT}{fragment}\n select * from v limit 5", fragment, "m")
+    sql_header.check_placed(f"{COMMENT}create table t as {fragment} select 1", fragment, "m")

@@ -12,12 +12,13 @@ from dbt.adapters.contracts.connection import AdapterResponse, ConnectionState
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.connections import SparkConnectionMethod
-from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt.adapters.spark.impl import SparkAdapter
 from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import connect, python_model, session, sql_header, thrift
+from dbt.adapters.fenced_spark import connect, python_model, row_counts, session, sql_header, thrift
+from dbt.adapters.fenced_spark.config_keys import FencedSparkConfig
 from dbt.adapters.fenced_spark.connections import (
     BackoffPyhiveConnectionWrapper,
     ConnectHandle,
@@ -25,6 +26,7 @@ from dbt.adapters.fenced_spark.connections import (
     SessionHandle,
     spark_errors,
 )
+from dbt.adapters.fenced_spark.fence import sequence
 from dbt.adapters.fenced_spark.fence.batch import batch_id
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
@@ -36,7 +38,7 @@ from dbt.adapters.fenced_spark.fence.errors import (
     never_written,
     node_kind,
 )
-from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, read_filters
+from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, statement_reads
 from dbt.adapters.fenced_spark.fence.history import (
     Commit,
     HistoryReader,
@@ -44,8 +46,10 @@ from dbt.adapters.fenced_spark.fence.history import (
     parse_history,
 )
 from dbt.adapters.fenced_spark.fence.node import (
+    COUNT,
     PIN,
     STEP,
+    STEP_READ,
     TAG,
     NodeTransaction,
     Phase,
@@ -63,15 +67,19 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     set_conf_sql,
 )
 from dbt.adapters.fenced_spark.fence.rewriter import (
-    READ,
-    WRITE,
     as_subquery,
     names_bare,
     pin_self_reads,
     reads_self,
-    statement_kind,
 )
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog, location_of
+from dbt.adapters.fenced_spark.fence.statements import (
+    READ,
+    READS,
+    WRITE,
+    pin_statement,
+    statement_kind,
+)
 from dbt.adapters.fenced_spark.relation import FencedSparkColumn, FencedSparkRelation, quote_name
 from dbt.adapters.fenced_spark.run_results import FenceResponses, LastRun, last_runs
 from dbt.adapters.fenced_spark.run_state import first_word
@@ -89,19 +97,10 @@ _GONE_SINCE_VB = re.compile(
 # files and of its target, SHOW TBLPROPERTIES.
 _NO_JOB = {"EXPLAIN", "SHOW"}
 # Confs only the fence's own statements set over Thrift: their RESETs may wait (thrift.py).
-_DEFERRABLE = (USER_METADATA, MAX_COMMIT_ATTEMPTS)
+_DEFERRABLE = (USER_METADATA, MAX_COMMIT_ATTEMPTS, sequence.APP_ID_CONF, sequence.VERSION_CONF)
 
 # Strategies that never pin at compile time: unfenced by design, or fenced per batch.
 UNFENCED_AT_COMPILE_TIME = ("insert_overwrite", "microbatch")
-
-
-class FencedSparkConfig(SparkConfig):
-    file_format: str = "delta"
-    fenced: bool | None = None
-    fence_retries: int | None = None
-    fence_accept_unverified: int | list[int] | None = None
-    fence_isolation: str | None = None
-    fence_batch_id: str | int | None = None
 
 
 @dataclass
@@ -116,6 +115,10 @@ class FencedAdapterResponse(AdapterResponse):
     # Over SQL, where the catalog placed the table: the next run takes this run's verified
     # commit as checked only for a table still there (SqlLog.settled).
     table_location: str | None = None
+    # Beside dbt's rows_affected (their sum): the write's commit's counts (row_counts.py).
+    rows_inserted: int | None = None
+    rows_updated: int | None = None
+    rows_deleted: int | None = None
 
 
 class FenceSql:
@@ -356,6 +359,12 @@ def _nothing_stands(refused: FenceError) -> bool:
     return False
 
 
+def _brief(sql: str, width: int = 60) -> str:
+    """A statement on one line, cut to `width`, to name it in a message."""
+    line = " ".join(sql.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def builds(sql: str, txn: NodeTransaction) -> bool:
     """dbt-spark's CREATE [OR REPLACE] TABLE of the node's target, on a first run or rebuild."""
     verb = first_word(sql)
@@ -591,15 +600,25 @@ class FencedSparkAdapter(SparkAdapter):
         # A contract's column check sends the header with its probe query too.
         return super().get_column_schema_from_query(self._after_header(sql))
 
+    @available
+    def sql_header_parts(self, header: str, query: str, node: str) -> tuple[str, str]:
+        """For a macro that puts the node's sql_header above its statement: what goes above
+        (the header's whole statements, run on their own), and `query` with the header's
+        fragment that opens it in front (sql_header.py)."""
+        statements, fragment = sql_header.split(header)
+        return statements, sql_header.in_front(fragment, query, node)
+
     def _after_header(self, sql: str) -> str:
         """dbt glues the node's sql_header to a statement; Spark runs one statement per call:
-        the header runs first (once per node), and the statement without it is returned; `sql`
-        itself when it has none."""
+        the header's whole statements run first (once per node), and the statement without them
+        is returned, a fragment that opens its query still in front; `sql` itself when it has
+        none."""
         header = self._header()
         if header is None:
             return sql
         rest = sql_header.split_off(sql, header.text)
         if rest is None:
+            sql_header.check_placed(sql, header.fragment, header.node)
             return sql
         self._run_header()
         return self._after_header(rest)  # dbt may glue it twice (a test's own and ours)
@@ -637,8 +656,12 @@ class FencedSparkAdapter(SparkAdapter):
             return super().execute(sql, auto_begin=auto_begin, fetch=fetch, limit=limit)
         if action == PIN and self._captured(txn):
             sql = txn.pin(sql)
-        elif action == STEP and self._captured(txn):
+        elif action == COUNT and self._captured(txn):
+            txn.count(sql)  # no pin reaches it (a variable's text, a permanent view): as written
+        elif action in (STEP, STEP_READ) and self._captured(txn):
             # A compile-time write may come first: it starts the node's transaction too.
+            if action == STEP_READ:
+                txn.reads.append(sql)  # a script: what it read is not known, so all of it
             return self._own_step(txn, sql, fetch=fetch, limit=limit)
         elif action == TAG:
             assert txn.state is not None
@@ -802,6 +825,7 @@ class FencedSparkAdapter(SparkAdapter):
             read_version=state.read_version,
             commit_version=commit.version,
             fence_outcome=Outcome.ALREADY_APPLIED.value,
+            **row_counts.NOTHING.fields(),
         )
 
     @available
@@ -824,6 +848,17 @@ class FencedSparkAdapter(SparkAdapter):
     def fence_read_at_compile_time(self) -> bool:
         txn = self._txn()
         return txn is not None and bool(txn.compile_reads)
+
+    @available
+    def fence_hooks_read_self(self, hooks: list[str], relation: FencedSparkRelation) -> bool:
+        """Whether a pre-hook (as rendered) reads the target, through any statement
+        (fence/statements.py): an `append` that does is a read-modify-write."""
+        schema, identifier = str(relation.schema), str(relation.identifier)
+        return any(
+            statement_kind(h, schema, identifier, self._location(h), self._current_schema(h))
+            in READS
+            for h in hooks
+        )
 
     @available
     def fence_reads_self(
@@ -948,7 +983,7 @@ class FencedSparkAdapter(SparkAdapter):
         location, current = self._location(sql), self._current_schema(sql)
         if statement_kind(sql, txn.schema, txn.identifier, location, current) != READ:
             return sql
-        return pin_self_reads(sql, txn.schema, txn.identifier, version, location, current)
+        return pin_statement(sql, txn.schema, txn.identifier, version, location, current)
 
     def _check_python_method(self, model: str) -> None:
         method = str(getattr(self.config.credentials.method, "value", ""))
@@ -992,6 +1027,68 @@ class FencedSparkAdapter(SparkAdapter):
         with spark_errors():
             python_model.run_script(spark, compiled_code, model, tag)
         return AdapterResponse(_message="OK")
+
+    def _rows_written(
+        self, table: str, version: int | None, commit: Commit | None = None
+    ) -> dict[str, Any]:
+        """The response's row counts of the write that committed `version` (none: it changed
+        nothing). Never the node's error: without them the response only says less."""
+        if version is None:
+            return row_counts.NOTHING.fields()
+        try:
+            counts = row_counts.written(self._fence().log, table, version, commit)
+        except Exception as exc:
+            logger.debug(f"fenced_spark: the rows of {table}'s v{version} are unknown: {exc}")
+            return {}
+        return counts.fields() if counts is not None else {}
+
+    @available
+    def fence_rows_begin(self) -> str:
+        """Before dbt-spark writes an incremental model (its statement 'main', which the
+        statement macro in python.sql marks): what the session committed before is forgotten,
+        so that a commit afterwards is the write's."""
+        FenceSql(self.connections).set_session_conf(LAST_COMMIT, None)
+        return ""
+
+    @available
+    def fence_rows_response(
+        self, response: Any, relation: FencedSparkRelation, batch_of: str | None = None
+    ) -> Any:
+        """dbt-spark's response to that write, with its commit's row counts; as it was when it
+        committed nothing (Delta makes no commit for a write that changed nothing). A
+        microbatch model's (`batch_of`: its first batch, which creates the table) is kept with
+        its fenced batches' for run_results.json, where dbt records none."""
+        try:
+            version = FenceSql(self.connections).session_conf(LAST_COMMIT)
+        except Exception as exc:
+            logger.debug(f"fenced_spark: {LAST_COMMIT} unread, rows unknown: {exc}")
+            return response
+        if version is None or not version.isdigit() or not isinstance(response, AdapterResponse):
+            return response
+        counts = self._rows_written(relation.fence_name, int(version))
+        if not counts:
+            return response
+        counted = FencedAdapterResponse(
+            _message=response._message, code=response.code, query_id=response.query_id, **counts
+        )
+        if batch_of:
+            self._responses.record(batch_of, counted.to_dict(omit_none=True))
+        return counted
+
+    @available
+    def fence_query_columns(self, sql: str) -> list[FencedSparkColumn]:
+        """The columns of a query's result as Spark analyses it: DESCRIBE QUERY runs no job.
+        `sql` is the model's query with its sql_header's fragment in front (header_query); the
+        header's statements run first, once per node, as before the model's CREATE, and fail
+        the model as there. None when Spark cannot analyse the query so: the statement that
+        runs it says why."""
+        self._run_header()
+        try:
+            _, table = self.execute(f"describe query\n{sql}", fetch=True)
+        except Exception as exc:
+            logger.debug(f"fenced_spark: DESCRIBE QUERY failed, the query's columns unknown: {exc}")
+            return []
+        return [FencedSparkColumn(column=str(name), dtype=str(dtype)) for name, dtype, *_ in table]
 
     @available
     def fence_phase(self, phase: str) -> str:
@@ -1042,6 +1139,12 @@ class FencedSparkAdapter(SparkAdapter):
                 "its write does not read the model SQL it was given as its source (an override "
                 "of fence_write_sql), so a retry could not pin it at the new version"
             )
+        elif txn.kept_reads:
+            no_retry = (
+                f"this {node}'s pre-hooks or sql_header read {state.display} into the session "
+                f"(a variable, a cache, a view: `{_brief(txn.kept_reads[0])}`), and a retry "
+                f"would reuse what they read at v{state.read_version}; a re-run runs them again"
+            )
         elif txn.stepped:
             changes = "new columns" if node == "snapshot" else "schema changes"
             no_retry = (
@@ -1085,8 +1188,9 @@ class FencedSparkAdapter(SparkAdapter):
             commit_version=result.commit_version,
             fence_outcome=result.outcome.value,
             tolerated=over,
-            steps=steps or None,
+            steps=steps,
             table_location=location_of(log) if (log := txn.logs.get(txn.table)) else None,
+            **self._rows_written(state.table, result.commit_version, result.write),
         )
         # A post-hook or grant failing after this commit leaves dbt's response empty.
         self._responses.record(txn.node, response.to_dict(omit_none=True))
@@ -1182,7 +1286,7 @@ class FencedSparkAdapter(SparkAdapter):
             reads = [
                 f
                 for sql in [*txn.reads, compiled_code]
-                for f in read_filters(
+                for f in statement_reads(
                     sql, txn.schema, txn.identifier, self._location(sql), self._current_schema(sql)
                 )
             ]

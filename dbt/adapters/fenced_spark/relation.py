@@ -1,9 +1,12 @@
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.relation import SparkRelation
+
+from dbt.adapters.fenced_spark import config_keys
 
 
 def quote_name(name: object) -> str:
@@ -25,6 +28,16 @@ class FencedSparkColumn(SparkColumn):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FencedSparkRelation(SparkRelation):
+    @classmethod
+    def create_from(
+        cls, quoting: Any, relation_config: Any, **kwargs: Any
+    ) -> "FencedSparkRelation":
+        # dbt's parser names every relational node through here once its config is merged:
+        # the one place an adapter sees a node's whole config at parse time.
+        relation = super().create_from(quoting, relation_config, **kwargs)
+        config_keys.check(relation_config, relation.render())
+        return relation
+
     def quoted(self, identifier: str) -> str:
         return quote_name(identifier)
 

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from dbt.adapters.events.logging import AdapterLogger
 
+from dbt.adapters.fenced_spark.row_counts import COUNT_KEYS
+
 logger = AdapterLogger("FencedSpark")
 
 FILE_NAME = "run_results.json"
@@ -51,7 +53,7 @@ class FenceResponses:
                     # A microbatch model runs one fenced write per batch, in batch order.
                     batched = bool(result.get("batch_results"))
                     result["adapter_response"] = (
-                        {"batches": responses} if batched else responses[-1]
+                        batches_response(responses) if batched else responses[-1]
                     )
                     filled = True
             self._by_node.clear()
@@ -70,6 +72,17 @@ class FenceResponses:
             with suppress(OSError):
                 os.unlink(partial)
             logger.debug(f"could not add the fence's responses to {path}: {exc}")
+
+
+def batches_response(responses: list[dict[str, Any]]) -> dict[str, Any]:
+    """A microbatch model's response: each batch's, and the rows they changed together when
+    every batch's are known (as a model's own response has them)."""
+    response: dict[str, Any] = {"batches": responses}
+    for key in COUNT_KEYS:
+        counts = [r.get(key) for r in responses]
+        if all(type(n) is int for n in counts):
+            response[key] = sum(counts)
+    return response
 
 
 class LastRun(NamedTuple):

@@ -94,6 +94,8 @@ def check_earlier_runs(
             continue
         if tag.step not in OWN_STEPS or tag.expected_version is None:
             return  # that run reached its verdict (revert, post-hook), or an old tag
+        if tag.step == "write" and commit.changed_no_rows:
+            return  # only the fence's SetTransaction: no row of it can have lost a change
         if fence.verified == (commit.version, tag.invocation_id):
             # That run verified this very commit: judged again here with less than it had (a
             # commit that landed during its write is not in its tag), it could be refused.
@@ -166,8 +168,10 @@ def _held_over_unrecorded(
     fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit, before: list[Commit]
 ) -> bool:
     """A write built on commits that landed after its pre-check (so its tag does not list
-    them) holds if they changed no data: that run's own verification judged them with a
-    scope this run no longer has, so any data change counts here."""
+    them) holds if they changed no data, or, for a write whose tag records what it read and
+    writes, if none changed that: the table is then a serial result (its rows were computed
+    from a version those commits did not change), whatever its strategy refuses at write
+    time (append_if_unchanged: any data change)."""
     assert tag.expected_version is not None
     recorded = set(tag.tolerated)
     gap = [
@@ -179,7 +183,13 @@ def _held_over_unrecorded(
         return False
     if not gap:
         return True  # only that run's own commits (its auto compaction) in between
-    return first_conflict(fence.conflict_check(state).judge(gap, STEPS)) is None
+    check = fence.conflict_check(state)
+    if first_conflict(check.judge(gap, STEPS)) is None:
+        return True
+    if tag.scope is None or tag.step != "write":
+        return False
+    serial = replace(scope_from_json(tag.scope), any_change=False)
+    return first_conflict(check.judge(gap, serial)) is None
 
 
 def latest_version(fence: "Fence", table: str, known: int | None = None) -> int:

@@ -12,7 +12,17 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, commit_file
+from dbt.adapters.fenced_spark.fence.history import (
+    Commit,
+    HistoryReader,
+    checksum_file,
+    checksum_sequence,
+    commit_file,
+    fence_txn,
+)
+
+# How far back `sequence` looks for the newest commit with the fence's SetTransaction.
+SEQUENCE_LOOKBACK = 32
 
 
 class _Log:
@@ -62,8 +72,10 @@ class _Log:
         finally:
             reader.close()
 
-    def commit_info(self, version: int) -> dict[str, Any] | None:
-        """The commitInfo action, or None when commit `version` does not exist (yet)."""
+    def head(self, version: int) -> tuple[dict[str, Any], int | None] | None:
+        """The commitInfo action and the fence's SetTransaction version (None: none), or None
+        when commit `version` does not exist (yet). Delta writes commitInfo first and a
+        command's txn before its files, so the lines before the first file action suffice."""
         try:
             reader = self._lines(commit_file(version))
         except Exception:
@@ -72,20 +84,44 @@ class _Log:
             # A writer's rename landed between the two calls (seen in the soak); commit
             # files never change once they exist, so a second open reads it or says why not.
             reader = self._lines(commit_file(version))
+        info: dict[str, Any] | None = None
+        txn: int | None = None
         try:
-            # Delta writes commitInfo first; other writers may put it anywhere.
+            # Other writers may put commitInfo anywhere: read on until it is found.
             while (line := reader.readLine()) is not None:
-                if '"commitInfo"' in line:
+                line = str(line)
+                if info is not None and line.startswith(('{"add"', '{"remove"', '{"cdc"')):
+                    break
+                if '"commitInfo"' in line or '"txn"' in line:
                     action = json.loads(line)
                     if "commitInfo" in action:
-                        return dict(action["commitInfo"])
-            return {}
+                        info = dict(action["commitInfo"])
+                    txn = fence_txn(action) if txn is None else txn
+                    if info is not None and txn is not None:
+                        break
+            return info or {}, txn
+        finally:
+            reader.close()
+
+    def checksum_sequence(self, version: int) -> int | None:
+        """The fence's SetTransaction version in Delta's checksum of `version` (None: no
+        checksum, or one that does not list them)."""
+        try:
+            reader = self._lines(checksum_file(version))
+        except Exception:
+            return None  # not written (yet), or not at all
+        try:
+            lines = []
+            while (line := reader.readLine()) is not None:
+                lines.append(str(line))
+            return checksum_sequence("\n".join(lines))
         finally:
             reader.close()
 
 
-def commit_from_info(version: int, info: dict[str, Any]) -> Commit:
-    """A Commit as parse_history builds it from the matching DESCRIBE HISTORY row."""
+def commit_from_info(version: int, info: dict[str, Any], txn: int | None = None) -> Commit:
+    """A Commit as parse_history builds it from the matching DESCRIBE HISTORY row, with the
+    version of the fence's SetTransaction in it (`txn`), which DESCRIBE HISTORY does not show."""
     stamp = info.get("inCommitTimestamp", info.get("timestamp"))
     read_version = info.get("readVersion")
     metadata = info.get("userMetadata")
@@ -103,6 +139,7 @@ def commit_from_info(version: int, info: dict[str, Any]) -> Commit:
             for k, v in (info.get("operationParameters") or {}).items()
             if v is not None
         },
+        fence_txn=txn,
     )
 
 
@@ -162,10 +199,28 @@ class LogTail:
             return
         latest = self.latest_version(table)
         for version in range(latest, max(latest - limit, -1), -1):
-            info = log.commit_info(version)
-            if info is None:
+            head = log.head(version)
+            if head is None:
                 return  # cleaned up after a checkpoint: the log's reach ends here
-            yield commit_from_info(version, info)
+            yield commit_from_info(version, *head)
+
+    def sequence(self, table: str, version: int) -> int | None:
+        """Delta's checksum of `version`, else the newest commit at or below it that holds the
+        fence's SetTransaction, at most SEQUENCE_LOOKBACK back; None past that."""
+        log = self._log(table)
+        if log is None:
+            return self.fallback.sequence(table, version)
+        for below in range(version, max(version - SEQUENCE_LOOKBACK, -1), -1):
+            # A checksum is Delta's own state at its version: exact, whatever came before.
+            found = log.checksum_sequence(below)
+            if found is not None:
+                return found
+            head = log.head(below)
+            if head is None:
+                return None  # cleaned up: what came before is in a checkpoint
+            if head[1] is not None:
+                return head[1]
+        return -1 if version - SEQUENCE_LOOKBACK < 0 else None
 
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
         log = self._log(table)
@@ -179,9 +234,9 @@ class LogTail:
         if log is None:
             return self.fallback.commits_since(table, version)
         commits = []
-        while (info := log.commit_info(version + 1)) is not None:
+        while (head := log.head(version + 1)) is not None:
             version += 1
-            commits.append(commit_from_info(version, info))
+            commits.append(commit_from_info(version, *head))
         return commits
 
 

@@ -151,6 +151,8 @@ class FenceReport:
     judged: dict[int, Judgement] = field(default_factory=dict)
     # fence_batch_id: another run's write of this batch, which refused this run.
     applied_by: Commit | None = None
+    # Our write's commit when it changed no rows (only the fence's SetTransaction): left as is.
+    empty: Commit | None = None
 
     def _landed_line(self, commit: Commit) -> str:
         judgement = self.judged.get(commit.version)
@@ -242,6 +244,12 @@ class FenceReport:
             )
             return f"{text} To bring them back{with_ours}, run {restore}{also}."
         if not standing:
+            if not steps and self.empty is not None:
+                return (
+                    f"never written: its commit v{self.empty.version} {self.empty.operation} "
+                    "changed no rows (it holds only the fence's SetTransaction), so the table "
+                    "is as the other writer(s) left it."
+                )
             if not steps and self.outcome == Outcome.NEVER_WRITTEN:
                 return "never written: the table is as the other writer(s) left it."
             if self.outcome == Outcome.NEVER_WRITTEN:
@@ -417,6 +425,30 @@ class FenceWriteRefused(FenceError):
         super().__init__(
             f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}."
             f"{listed}{'Delta' if _DELTA_ERROR.search(words) else 'Spark'} said:\n{words}"
+        )
+
+
+class FenceSessionTxn(FenceError):
+    """The session carries Delta's idempotent-write confs of another app id: the fence's write
+    carries its own SetTransaction, and Delta takes one per statement. Raised before the
+    write, so nothing of it is written (E118)."""
+
+    def __init__(self, state: Attempt, conf: str, value: str, steps: list[Commit] | None) -> None:
+        self.response = never_written(state, steps)
+        if steps:
+            written = f"its write was not sent; this run's earlier steps stand: {_listed(steps)}"
+        elif steps is None:
+            written = "its write was not sent; this run's earlier steps stand"
+        else:
+            written = "nothing was written"
+        super().__init__(
+            f"Fenced {state.strategy} into {state.display} ({state.node}) failed; {written}.\n"
+            f"The session sets {conf} to '{value}' (a hook, on-run-start or the profile's "
+            "server_side_parameters). A fenced write carries the fence's own SetTransaction "
+            "(app id 'dbt-fenced-spark'), and Delta takes one per statement: with yours Delta "
+            "would skip the write as a replay, or apply again a batch your txnVersion was to "
+            "skip. Set it after the model's write (a post-hook) or on another connection, or "
+            "give the model `fence_batch_id` for a batch that must apply once."
         )
 
 

@@ -9,7 +9,6 @@ ever widen a filter, never narrow it.
 
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
@@ -19,7 +18,10 @@ from dbt.adapters.fenced_spark.fence.rewriter import (
     _reference_ends_parsed,
     _tokens,
     cte_names,
+    is_subject,
+    parsed_statements,
 )
+from dbt.adapters.fenced_spark.fence.statements import OPAQUE, READ, UNPINNED, classify
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,35 @@ def read_filters(
     return filters
 
 
+def statement_reads(
+    sql: str,
+    schema: str,
+    identifier: str,
+    location: str | None = None,
+    current_schema: str | None = None,
+) -> list[ReadFilter]:
+    """What one statement the node sent read of its target (fence/statements.py): the
+    filters of its query (an EXECUTE IMMEDIATE's text), the whole table when the fence cannot
+    bound it (text it cannot read, a script, a statement it cannot parse)."""
+    found = classify(sql, Target(schema, identifier, location, current_schema))
+    if found.kind == OPAQUE or (found.kind in (READ, UNPINNED) and found.reads is None):
+        return [WHOLE_TABLE]
+    if found.kind in (READ, UNPINNED):
+        assert found.reads is not None
+        return read_filters(found.reads, schema, identifier, location, current_schema) or [
+            WHOLE_TABLE  # a read the parse cannot place: never nothing
+        ]
+    return read_filters(sql, schema, identifier, location, current_schema)
+
+
 def _parsed_filters(sql: str, target: Target) -> list[ReadFilter]:
     filters = []
-    for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(_tokens(sql), sql):
-        if statement is None:
-            continue
+    for statement in parsed_statements(sql):
         ctes = cte_names(statement)
         for table in statement.find_all(exp.Table):
             if table.args.get("version") is not None or table.find_ancestor(exp.Hint):
+                continue
+            if is_subject(table):
                 continue
             if not isinstance(table.this, exp.Identifier):
                 continue

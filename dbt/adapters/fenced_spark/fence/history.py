@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 TAG_KEY = "dbt_fenced_spark"
+# The app id of the SetTransaction every fenced write commits (fence/sequence.py): Delta
+# itself refuses a fenced write that another fenced write overtook.
+TXN_APP_ID = "dbt-fenced-spark"
 
 # Strategies whose write is a MERGE that keeps Delta's own conflict detection (its commit
 # must read vB, or commits above it that do not conflict); every other write is strict
@@ -135,6 +138,9 @@ class Commit:
     timestamp: str | None = None
     metrics: dict[str, str] = field(default_factory=dict)
     parameters: dict[str, str] = field(default_factory=dict)  # operationParameters
+    # The version of the fence's SetTransaction (TXN_APP_ID) in this commit: None when it has
+    # none, or the reader cannot see it (DESCRIBE HISTORY shows no txn action).
+    fence_txn: int | None = None
 
     @property
     def tag(self) -> FenceTag | None:
@@ -145,6 +151,16 @@ class Commit:
         """Delta's auto compaction commits OPTIMIZE right after a write, in the writer's
         session, so it carries whatever tag that write had; the fence never runs OPTIMIZE."""
         return self.operation == "OPTIMIZE"
+
+    @property
+    def changed_no_rows(self) -> bool:
+        """A MERGE or INSERT whose metrics count no file added or removed, no deletion vector
+        and no change file: under the fence's SetTransaction an empty write commits only
+        that, and nothing of it can have overwritten anyone. Without metrics (history
+        metrics off): False, a data change for all the fence can tell."""
+        counts = {k: v for k, v in self.metrics.items() if "Files" in k or "DeletionVectors" in k}
+        added = {"MERGE": "numTargetFilesAdded", "WRITE": "numFiles"}.get(self.operation)
+        return added is not None and added in counts and all(v == "0" for v in counts.values())
 
     @property
     def restored_version(self) -> int | None:
@@ -220,6 +236,33 @@ def commit_file(version: int) -> str:
     return f"{version:020d}.json"
 
 
+def checksum_file(version: int) -> str:
+    return f"{version:020d}.crc"
+
+
+def fence_txn(action: dict[str, Any]) -> int | None:
+    """The version of a `txn` action of the fence's app id; None for any other action."""
+    txn = action.get("txn")
+    if not isinstance(txn, dict) or txn.get("appId") != TXN_APP_ID:
+        return None
+    return _as_int(txn.get("version"))
+
+
+def checksum_sequence(text: str) -> int | None:
+    """The fence's SetTransaction version in a version checksum (`N.crc`): Delta's state at N,
+    -1 when it holds none. None when the checksum does not list the table's SetTransactions
+    (Delta leaves them out above a count) or does not parse."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    txns = data.get("setTransactions") if isinstance(data, dict) else None
+    if not isinstance(txns, list):
+        return None
+    found = [fence_txn({"txn": t}) for t in txns if isinstance(t, dict)]
+    return max((v for v in found if v is not None), default=-1)
+
+
 class HistoryReader(Protocol):
     def latest_version(self, table: str, known: int | None = None) -> int: ...
 
@@ -230,6 +273,10 @@ class HistoryReader(Protocol):
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]: ...
 
     def settled(self, table: str) -> int | None: ...
+
+    # The fence's SetTransaction version in the table's state at `version` (-1: none yet);
+    # None when this reader cannot tell (fence/sequence.py).
+    def sequence(self, table: str, version: int) -> int | None: ...
 
 
 class HistorySource(Protocol):
@@ -260,6 +307,33 @@ class SqlHistory:
 
     def settled(self, table: str) -> int | None:
         return None  # the newest version costs a history read here: capture reads commits
+
+    def sequence(self, table: str, version: int) -> int | None:
+        """DESCRIBE HISTORY shows no txn action: Delta's checksum of `version`, else the commit
+        files at or below it (at most 32), read by the server; None when neither says."""
+        try:
+            location = self.source.location(table).rstrip("/")
+            path = f"{location}/_delta_log/{checksum_file(version)}"
+            rows = self.source.fetch(
+                f"SELECT decode(content, 'UTF-8') FROM binaryFile.`{path.replace('`', '``')}`"
+            )
+        except Exception:
+            rows = []  # no checksum (yet): the commits say it
+        if rows and (found := checksum_sequence(str(rows[0][0] or ""))) is not None:
+            return found
+        versions = list(range(max(version - 31, 0), version + 1))
+        try:
+            lines = self.actions(table, versions)
+        except Exception:
+            return None
+        for below in reversed(versions):
+            if below not in lines:
+                return None  # cleaned up, or unreadable: unknown
+            txns = [fence_txn(json.loads(line)) for line in lines[below] if line.strip()]
+            found = next((t for t in txns if t is not None), None)
+            if found is not None:
+                return found
+        return -1 if versions[0] == 0 else None
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         """Commits after `version`, oldest first; reads only the log's tail."""

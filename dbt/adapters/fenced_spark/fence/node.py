@@ -12,21 +12,30 @@ from typing import Any
 
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import FenceState
-from dbt.adapters.fenced_spark.fence.rewriter import READ, WRITE, pin_self_reads, statement_kind
+from dbt.adapters.fenced_spark.fence.statements import (
+    OPAQUE,
+    READ,
+    UNPINNED,
+    WRITE,
+    leaves_state,
+    pin_statement,
+    statement_kind,
+)
 
 
 class Phase(Enum):
     COMPILE = "compile"  # dbt renders the node: reads pinned; writes are strict steps of ours
     MATERIALIZE = "materialize"  # the materialization decides how to run: nothing is touched
     PRE_HOOK = "pre_hook"  # reads pinned; writes to the target are strict steps of ours
-    MODEL = "model"  # staging and the write run through the fence's own methods
+    MODEL = "model"  # staging and the write run through the fence's own; sql_header reads pinned
     SCHEMA_CHANGE = "schema_change"  # writes to the target (ALTERs) are strict steps of ours
     POST_HOOK = "post_hook"  # after the verdict: writes to the target are tagged, not strict
     DONE = "done"
 
 
-# What to do with one statement.
-PIN, STEP, TAG = "pin", "step", "tag"
+# What to do with one statement. COUNT: a read no pin reaches, run as written and counted in
+# the footprint; STEP_READ: a step that also reads the whole table (a SQL script).
+PIN, COUNT, STEP, STEP_READ, TAG = "pin", "count", "step", "step_read", "tag"
 
 
 @dataclass
@@ -42,8 +51,12 @@ class NodeTransaction:
     # Statements on the target at compile time, reads and writes (a DELETE reads too): such a
     # node is a read-modify-write, and a retry would reuse what they saw.
     compile_reads: list[str] = field(default_factory=list)
-    # Every pinned read of the target (compile time and pre-hooks), for the conflict analysis.
+    # Every statement that read the target (compile time, pre-hooks, sql_header), pinned or
+    # not, for the conflict analysis (footprint.statement_reads).
     reads: list[str] = field(default_factory=list)
+    # Those of a pre-hook or the sql_header that keep what they read in the session (SET VAR,
+    # CACHE TABLE, a temp view): a retry of the write alone would reuse it.
+    kept_reads: list[str] = field(default_factory=list)
     # A pre-hook or schema change wrote the target: a retry of the write alone would skip it.
     stepped: bool = False
     # The target could not be read as a Delta table at its first read (missing, not Delta):
@@ -91,20 +104,28 @@ class NodeTransaction:
         if self.unfenced or self.phase not in _ACTING:
             return None
         kind = statement_kind(sql, self.schema, self.identifier, self.location, self.current_schema)
-        if kind == READ and self.phase in (Phase.COMPILE, Phase.PRE_HOOK):
-            return PIN
-        if kind == WRITE and self.phase in (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE):
-            return STEP
-        if kind == WRITE and self.phase == Phase.POST_HOOK:
+        if kind in (READ, UNPINNED) and self.phase in _READING:
+            return PIN if kind == READ else COUNT
+        if kind in (WRITE, OPAQUE) and self.phase in _STEPPING:
+            return STEP if kind == WRITE else STEP_READ
+        if kind == OPAQUE and self.phase == Phase.MODEL:
+            return COUNT  # no step in the model's phase: its commit would be a foreign one
+        if kind in (WRITE, OPAQUE) and self.phase == Phase.POST_HOOK:
             return TAG
         return None
 
-    def pin(self, sql: str) -> str:
-        assert self.state is not None
+    def count(self, sql: str) -> None:
+        """A read of the target that runs as written: in the footprint all the same."""
         if self.phase == Phase.COMPILE:
             self.compile_reads.append(sql)
+        elif leaves_state(sql):
+            self.kept_reads.append(sql)
         self.reads.append(sql)
-        return pin_self_reads(
+
+    def pin(self, sql: str) -> str:
+        assert self.state is not None
+        self.count(sql)
+        return pin_statement(
             sql,
             self.schema,
             self.identifier,
@@ -137,7 +158,11 @@ class NodeTransaction:
         return self.phase.value
 
 
-_ACTING = (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE, Phase.POST_HOOK)
+_ACTING = (Phase.COMPILE, Phase.PRE_HOOK, Phase.MODEL, Phase.SCHEMA_CHANGE, Phase.POST_HOOK)
+# Where a read of the target is the node's: before its write (the model phase: its
+# sql_header, run when the model is staged).
+_READING = (Phase.COMPILE, Phase.PRE_HOOK, Phase.MODEL)
+_STEPPING = (Phase.COMPILE, Phase.PRE_HOOK, Phase.SCHEMA_CHANGE)
 
 
 def names_a_path(sql: str) -> bool:

@@ -3,6 +3,7 @@ verify.py with conflicts.py, revert.py); here the write itself, tagged, and `fen
 Every step is plain SQL, so it works over any connection method; on the embedded session the
 history reads may come from the Delta log instead (`delta_log.LogTail`)."""
 
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -13,13 +14,14 @@ from typing import Any, NoReturn, TypeVar
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence import batch, capture, revert, verify
+from dbt.adapters.fenced_spark.fence import batch, capture, revert, sequence, verify
 from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
     FenceError,
     FenceReport,
+    FenceSessionTxn,
     FenceUnverified,
     FenceViolation,
     FenceWriteRefused,
@@ -61,6 +63,9 @@ __all__ = [
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 20.0
 BACKOFF_MAX_TURNS = 16
+# How often one attempt's write is sent again after Delta refused it for a commit that
+# conflicts with nothing (verify.Overtaken): each time, another writer's commit landed.
+MAX_SENDS = 32
 
 logger = AdapterLogger("FencedSpark")
 
@@ -250,20 +255,31 @@ class Fence:
         return self.log.commits_since(table, version)
 
     @contextmanager
-    def tagged(self, state: FenceState, step: str, strict: bool | None = None) -> Iterator[None]:
+    def tagged(
+        self,
+        state: FenceState,
+        step: str,
+        strict: bool | None = None,
+        token: sequence.Token | None = None,
+    ) -> Iterator[None]:
         """The conf that tags our commit is set only around our own statements. A label the
         session already had (an audit pre-hook's userMetadata) rides in the tag and is put back
-        after, not reset."""
+        after, not reset. A write's `token` (fence/sequence.py) is set and reset with it."""
         strict = state.strict if strict is None else strict
         user = self.user_metadata()
         tag = replace(state.tag(step), user_metadata=user)
         self._sent += 1
         resets = [(USER_METADATA, user), *([(MAX_COMMIT_ATTEMPTS, None)] if strict else [])]
+        if token is not None:
+            resets += [(sequence.APP_ID_CONF, None), (sequence.VERSION_CONF, None)]
         try:
             # A SET that failed may still have applied (a cancel while it ran): reset as well.
             self.runner.set_session_conf(USER_METADATA, tag.to_json())
             if strict:
                 self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
+            if token is not None:
+                self.runner.set_session_conf(sequence.APP_ID_CONF, sequence.TXN_APP_ID)
+                self.runner.set_session_conf(sequence.VERSION_CONF, str(token.version))
             yield
         except BaseException:
             # A lost session fails the RESETs too: they must not replace what failed first.
@@ -313,13 +329,63 @@ class Fence:
         return [c for c in commits if c not in mine]
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
+        """The write, sent again (same SQL, same vB) while Delta refuses it for commits that
+        conflict with nothing: another fenced write that overtook it, or a commit Delta's own
+        check counts against it and the fence's does not. Each send judges the commits that
+        landed since the last and carries a new token."""
+        tokens = True
+        for send in itertools.count(1):
+            verdict = self._send(state, sql, tokens)
+            if isinstance(verdict, FenceResult):
+                return verdict
+            state = verdict.state
+            if not verdict.explained:
+                # No commit says why Delta skipped it: the sequence as read was wrong. The
+                # next send goes without a token, verification covering the gap as before.
+                tokens = False
+            if send >= MAX_SENDS:
+                self.refuse(
+                    state,
+                    f"Delta refused the write {send} times, each time for commits that "
+                    "conflict with nothing this model read or writes (last: "
+                    f"{verdict.why}); it was never written",
+                )
+            self._wait_to_send(state, send, verdict)
+        raise AssertionError("the loop always returns or raises")
+
+    def _no_foreign_txn(self, state: FenceState) -> None:
+        """A SetTransaction the session's confs ask for (a pre-hook's `SET ...txnAppId`) would
+        ride on our write where it goes without the token, or be replaced by ours: neither is
+        what the user set it for. Over Thrift, ours left deferred reads as unset, unsent."""
+        value = self.runner.session_conf(sequence.APP_ID_CONF)
+        if value not in (None, "", sequence.TXN_APP_ID):
+            steps = self.steps_standing(state)
+            raise FenceSessionTxn(state, sequence.APP_ID_CONF, str(value), steps)
+
+    def _wait_to_send(self, state: FenceState, send: int, verdict: verify.Overtaken) -> None:
+        # Writers that Delta refused together would meet again at once: a random share of a
+        # few turns, counted in commits landing or in the write's own length.
+        turns = backoff_turns(send, self.rng)
+        slot = max(BACKOFF_BASE_SECONDS / 4, verdict.seconds)
+        logger.info(
+            f"fenced {state.strategy} into {state.display}: Delta refused the write inside its "
+            f"commit, nothing of it written, for {verdict.why}, which conflicts with nothing "
+            f"this model read or writes; sending it again on v{verdict.horizon} after "
+            f"{turns:.1f} turns (a turn: a commit landing, or {slot:.1f}s without one)"
+        )
+        self.wait_turns(replace(state, expected_version=verdict.horizon), turns, slot)
+
+    def _send(self, state: FenceState, sql: str, tokens: bool) -> "FenceResult | verify.Overtaken":
         conflict: BaseException | None = None
         # Checked right before the statement (the tag then names what it tolerated): the gap
         # to the write's own snapshot is all that verification and revert still have to cover.
         state = self.precheck(state)
+        self._no_foreign_txn(state)
+        token = sequence.token(self.log, state.table, state.horizon) if tokens else None
         finished = False
+        started = self.clock()
         try:
-            with self.tagged(state, "write"):
+            with self.tagged(state, "write", token=token):
                 # Not the write: sent with the profile's query_retries, as a SET is.
                 self.runner.set_session_conf(LAST_COMMIT, None)
                 with self.single_attempt():
@@ -340,16 +406,19 @@ class Fence:
             # new session carries none of them, so no later statement can take our tag.
             with suppress(Exception):  # from_the_log says what stands, and tries once more
                 self.runner.reconnect()
+        seconds = self.clock() - started
         # Anything but a verdict here would read as the write's own error ("nothing was
         # written"), which may be false: the statement finished.
-        return self.from_the_log(state, lambda: self.verify(state, conflict))
+        return self.from_the_log(state, lambda: self.verify(state, conflict, token, seconds))
 
     def after_failed_write(self, state: FenceState, failed: Exception) -> NoReturn:
         def outcome() -> FenceResult | None:
             commits = self.commits_since(state.table, state.read_version)
             if not self.ours(state, commits, "write"):
                 return None
-            return self.verify(state, None)
+            result = self.verify(state, None)
+            assert isinstance(result, FenceResult)  # ours is in the log: a verdict on it
+            return result
 
         result = self.from_the_log(state, outcome, failed)
         if result is None:
@@ -441,8 +510,14 @@ class Fence:
     def after_step(self, state: FenceState, step: str) -> FenceState:
         return verify.after_step(self, state, step)
 
-    def verify(self, state: FenceState, conflict: BaseException | None) -> FenceResult:
-        return verify.verify(self, state, conflict)
+    def verify(
+        self,
+        state: FenceState,
+        conflict: BaseException | None,
+        token: sequence.Token | None = None,
+        seconds: float = 0.0,
+    ) -> "FenceResult | verify.Overtaken":
+        return verify.verify(self, state, conflict, token, seconds)
 
     @staticmethod
     def unverified(

@@ -37,6 +37,13 @@ def _landed(commits: list[Commit]) -> str:
     return ", ".join(f"v{c.version}" for c in commits)
 
 
+def _span(commits: list[Commit]) -> str:
+    """`v13` or `v13-v17 (5 commits)`: many commits named by their first and last."""
+    if len(commits) <= 3:
+        return _landed(commits)
+    return f"v{commits[0].version}-v{commits[-1].version} ({len(commits)} commits)"
+
+
 def refuse(
     fence: "Fence", state: FenceState, cause: str, our_write: Commit | None = None
 ) -> NoReturn:
@@ -50,6 +57,14 @@ def refuse(
     ]
     if not mine:  # nothing of ours since vB: nothing to undo
         fail(fence, state, Outcome.NEVER_WRITTEN, fence.foreign(state, commits), cause=cause)
+    if our_write is not None and our_write.changed_no_rows:
+        # It committed only the fence's SetTransaction: no row of it to undo, and a RESTORE
+        # would be a commit of its own, with windows of its own. Our earlier steps still are.
+        mine = [c for c in mine if c.version != our_write.version]
+        if not mine:
+            landed = fence.foreign(state, commits)
+            fail(fence, state, Outcome.NEVER_WRITTEN, landed, cause=cause, empty=our_write)
+        our_write = None
     revert = undo_ours(fence, state, commits)
     if our_write is None:
         outcome = Outcome.NEVER_WRITTEN
@@ -89,11 +104,11 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
             break
         head.insert(0, commit)
     if not [c for c in head if not c.compaction]:
-        # Only our auto compaction at the head: what blocks the revert is below it.
-        blocking = [c for c in commits if c not in own][-1:]
-        return Revert(
-            error=f"{_landed(blocking)} landed after it, so a RESTORE would undo that too"
-        )
+        # Only our auto compaction at the head: what blocks the revert is every foreign
+        # commit above our newest one of data.
+        newest = max((c.version for c in own if not c.compaction), default=-1)
+        blocking = [c for c in commits if c not in own and c.version > newest]
+        return Revert(error=f"{_span(blocking)} landed after it, so a RESTORE would undo that too")
     top = head[-1].version
     restore, failed = tagged_restore(fence, state, head[0].version - 1, "revert", after=top)
     if restore is None or restore.read_version is None:

@@ -146,6 +146,9 @@ def names_bare(sql: str, identifier: str) -> bool:
         tokens = _tokens(sql)
     except SqlglotError:
         return False
+    literal = immediate_literal(sql, tokens)
+    if literal is not None:
+        return names_bare(literal.text, identifier)  # the SQL that EXECUTE IMMEDIATE runs
     for i, token in enumerate(tokens):
         if token.token_type not in _NAME_TYPES or token.text.lower() != identifier.lower():
             continue
@@ -181,6 +184,46 @@ def _tokens(sql: str) -> list[Token]:
     return tokens
 
 
+class Literal(NamedTuple):
+    """The text of `EXECUTE IMMEDIATE '<text>'` and where it starts in the statement."""
+
+    start: int
+    text: str
+
+
+def command_tokens(sql: str, tokens: Sequence[Token]) -> tuple[int, list[Token]] | None:
+    """sqlglot keeps what follows a command's keyword (EXECUTE, CALL, EXPLAIN) as one string:
+    its tokens, and the offset in `sql` where that rest starts; None for another statement."""
+    commands = sqlglot.Dialect.get_or_raise("spark").tokenizer_class.COMMANDS
+    if len(tokens) != 2 or tokens[0].token_type not in commands:
+        return None
+    rest = tokens[1].text
+    start = sql.find(rest, tokens[0].end + 1)
+    if start < 0:
+        return None
+    return start, _tokens(rest)
+
+
+def immediate_literal(sql: str, tokens: Sequence[Token] | None = None) -> Literal | None:
+    """The SQL text of an `EXECUTE IMMEDIATE` given as one string literal whose text is as
+    written (no escape, no doubled quote: an insertion into it is one into the text Spark
+    runs); None for any other statement or text (a variable, `'a' || 'b'`, `'a' 'b'`)."""
+    rest = command_tokens(sql, tokens if tokens is not None else _tokens(sql))
+    if rest is None:
+        return None
+    offset, sub = rest
+    if len(sub) < 2 or sub[0].text.upper() != "IMMEDIATE" or sub[1].token_type not in _STRING_TYPES:
+        return None
+    if len(sub) > 2 and sub[2].text.upper() not in ("INTO", "USING"):
+        return None
+    literal = sub[1]
+    raw = sql[offset + literal.start : offset + literal.end + 1]
+    quote = 2 if raw[:1] in ("r", "R") else 1
+    if raw[quote:-1] != literal.text:
+        return None
+    return Literal(offset + literal.start + quote, literal.text)
+
+
 # One part of the name in an identifier clause's string: Spark parses it as a multipart name.
 _STRING_PART = re.compile(r"\s*(?:`((?:[^`]|``)*)`|(\w+))\s*")
 
@@ -202,18 +245,39 @@ def name_parts(text: str) -> list[str] | None:
         pos += 1
 
 
+def parsed_statements(sql: str, tokens: Sequence[Token] | None = None) -> list[exp.Expr]:
+    """sqlglot's parse of `sql`. What it keeps as an opaque Command (`SET VAR a = (...), b = 1`,
+    `EXPLAIN ...`) hides its tables: raised, so that callers scan the tokens instead."""
+    parser = sqlglot.Dialect.get_or_raise("spark").parser()
+    statements = [s for s in parser.parse(list(tokens or _tokens(sql)), sql) if s is not None]
+    if any(isinstance(s, exp.Command) for s in statements):
+        raise SqlglotError("parsed as a command")
+    return statements
+
+
+def is_subject(table: exp.Table) -> bool:
+    """The name a CREATE or CACHE makes (`CACHE TABLE c AS ...`, a view, a function), which
+    is no read even when it is spelled as the target."""
+    node: exp.Expr = table
+    if isinstance(table.parent, exp.Schema) and table.parent.this is table:
+        node = table.parent
+    parent = node.parent
+    subjects = (exp.Create, exp.Cache, exp.UserDefinedFunction)
+    return isinstance(parent, subjects) and parent.this is node
+
+
 def _reference_ends_parsed(sql: str, target: Target) -> list[Ref]:
     tokens = _tokens(sql)
     ends = []
-    for statement in sqlglot.Dialect.get_or_raise("spark").parser().parse(tokens, sql):
-        if statement is None:
-            continue
+    for statement in parsed_statements(sql, tokens):
         ctes = cte_names(statement)
         for table in statement.find_all(exp.Table):
             if table.args.get("version") is not None:
                 continue  # the user time-travels on purpose
             if table.find_ancestor(exp.Hint) is not None:
                 continue  # a hint names a table, it does not read one; its offsets are its own
+            if is_subject(table):
+                continue  # the view, cache or function the statement makes: not a read
             end = _parsed_reference_end(sql, tokens, table, target, ctes)
             if end is not None:
                 ends.append(end)
@@ -383,73 +447,3 @@ def _identifier_clause_at(tokens: Sequence[Token], i: int) -> tuple[list[str], i
         return None
     names = name_parts(string.text)
     return None if names is None else (names, i + 3)
-
-
-# What a statement does to the target, for the node's transaction (fence/node.py).
-READ, WRITE = "read", "write"
-
-_QUERY_STARTS = {
-    TokenType.SELECT,
-    TokenType.WITH,
-    TokenType.FROM,
-    TokenType.VALUES,
-    TokenType.TABLE,
-    TokenType.L_PAREN,
-}
-# Statements that change a table, named right after these words (and the fillers below).
-_WRITE_VERBS = {
-    "ALTER",
-    "COMMENT",
-    "CREATE",
-    "DELETE",
-    "DROP",
-    "INSERT",
-    "MERGE",
-    "OPTIMIZE",
-    "REORG",
-    "REPLACE",
-    "RESTORE",
-    "TRUNCATE",
-    "UPDATE",
-    "VACUUM",
-}
-_FILLERS = {"EXISTS", "FROM", "IF", "INTO", "NOT", "ON", "OR", "OVERWRITE", "REPLACE", "TABLE"}
-
-
-def statement_kind(
-    sql: str,
-    schema: str,
-    identifier: str,
-    location: str | None = None,
-    current_schema: str | None = None,
-) -> str | None:
-    """WRITE when `sql` changes the target; READ when it is a query, or a write of another
-    table, that reads the target; None otherwise (DESCRIBE, SHOW, SET, other tables)."""
-    try:
-        tokens = _tokens(sql)
-    except SqlglotError:
-        return None
-    if not tokens:
-        return None
-    verb = tokens[0].text.upper()
-    target = Target(schema, identifier, location, current_schema)
-    if verb in _WRITE_VERBS:
-        written = _written_name(tokens)
-        if written is not None and target.matches_parts(written):
-            return WRITE
-    elif tokens[0].token_type not in _QUERY_STARTS:
-        return None
-    return READ if reads_self(sql, schema, identifier, location, current_schema) else None
-
-
-def _written_name(tokens: Sequence[Token]) -> list[str] | None:
-    if tokens[0].token_type == TokenType.COMMAND and len(tokens) > 1:
-        # sqlglot keeps the rest of a statement it does not parse (OPTIMIZE t) as one string.
-        tokens = [tokens[0], *_tokens(tokens[1].text)]
-    i = 1
-    while i < len(tokens) and tokens[i].text.upper() in _FILLERS:
-        i += 1
-    if i >= len(tokens):
-        return None
-    found = _identifier_clause_at(tokens, i) or _dotted_name_at(tokens, i)
-    return found[0] if found else None

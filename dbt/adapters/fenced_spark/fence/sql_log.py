@@ -26,8 +26,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from dbt.adapters.fenced_spark.fence.delta_log import commit_from_info
-from dbt.adapters.fenced_spark.fence.history import Commit, HistorySource, SqlHistory, commit_file
+from dbt.adapters.fenced_spark.fence.delta_log import SEQUENCE_LOOKBACK, commit_from_info
+from dbt.adapters.fenced_spark.fence.history import (
+    TXN_APP_ID,
+    Commit,
+    HistorySource,
+    SqlHistory,
+    checksum_file,
+    checksum_sequence,
+    commit_file,
+)
 from dbt.adapters.fenced_spark.fence.rewriter import name_parts
 
 T = TypeVar("T")
@@ -39,6 +47,9 @@ PROBES = 32
 # only \n ends a line (Delta escapes no U+2028 in its JSON). No backslash: the literal reads the
 # same whether or not the session sets spark.sql.parser.escapedStringLiterals.
 _COMMIT_INFO = '(?md)^([{]"commitInfo"[ \t]*:.*)$'
+# The fence's SetTransaction (fence/sequence.py), as Delta writes it: appId, then version.
+_FENCE_TXN = f'"txn":[{{]"appId":"{TXN_APP_ID}","version":[0-9]+'
+_TXN_VERSION = re.compile(r'"version":([0-9]+)$')
 # DESCRIBE EXTENDED's header above the table's own lines (Provider, Location).
 _DETAILS = "# Detailed Table Information"
 # EXPLAIN's file scan: how many of the paths it was given exist (Spark lists them, reads none).
@@ -125,6 +136,8 @@ class SqlLog:
         # Commit infos read so far, by table and version: a commit never changes once written.
         # Only ever used for a version's content; whether a version exists is always read anew.
         self._infos: dict[str, dict[int, dict[str, Any]]] = {}
+        # The fence's SetTransaction version in each commit read so far (None: none).
+        self._txns: dict[str, dict[int, int | None]] = {}
 
     def _log(self, table: str, carried: bool = False) -> str | None:
         if carried and table not in self._logs and table in self._node:
@@ -200,8 +213,11 @@ class SqlLog:
         """The versions among `versions` whose commit files exist, each with its commitInfo
         line (`content` "info"), whole text ("all") or nothing ("none", then no file is read).
         Empty when none exists; any other failure raises."""
+        decoded = "decode(content, 'UTF-8')"
         text = {
-            "info": f"regexp_extract(decode(content, 'UTF-8'), '{_COMMIT_INFO}', 1)",
+            # commitInfo's line, then a line with the fence's txn action, if there is one
+            "info": f"concat(regexp_extract({decoded}, '{_COMMIT_INFO}', 1), char(10), "
+            f"regexp_extract({decoded}, '{_FENCE_TXN}', 0))",
             "all": "decode(content, 'UTF-8')",
             "none": "''",
         }[content]
@@ -221,11 +237,15 @@ class SqlLog:
         """Reads `versions` with their commit infos; returns those that exist."""
         found = self._read(log, versions)
         infos = self._infos.setdefault(table, {})
-        for version, line in found.items():
+        txns = self._txns.setdefault(table, {})
+        for version, text in found.items():
+            line, _, txn = text.partition("\n")
             try:
                 infos[version] = dict(json.loads(line).get("commitInfo", {})) if line else {}
             except (ValueError, AttributeError) as exc:
                 raise CannotFollow(f"v{version}'s commitInfo: {exc}") from exc
+            match = _TXN_VERSION.search(txn)
+            txns[version] = int(match.group(1)) if match else None
         return set(found)
 
     def _forward(self, table: str, log: str, start: int) -> int:
@@ -359,16 +379,63 @@ class SqlLog:
                     return
                 if version not in infos:
                     return  # cleaned up after a checkpoint: the log's reach ends here
-            yield commit_from_info(version, infos[version])
+            yield self._commit(table, version)
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
         def read(log: str) -> list[Commit]:
             first = max(version, 0)  # the whole log from version 0 when asked from before it
             latest = self._forward(table, log, first)
-            infos = self._infos[table]
-            return [commit_from_info(v, infos[v]) for v in range(version + 1, latest + 1)]
+            return [self._commit(table, v) for v in range(version + 1, latest + 1)]
 
         return self._answer(table, read, lambda: self.fallback.commits_since(table, version))
+
+    def _commit(self, table: str, version: int) -> Commit:
+        return commit_from_info(
+            version, self._infos[table][version], self._txns[table].get(version)
+        )
+
+    def sequence(self, table: str, version: int) -> int | None:
+        """The fence's SetTransaction version at `version`: the newest commit at or below it
+        that holds one, at most SEQUENCE_LOOKBACK back. Commits read already cost nothing;
+        before reading more, Delta's checksum of `version` (one file by name) says it
+        exactly. None past the lookback, or when the log cannot be followed here
+        (DESCRIBE HISTORY shows no txn action)."""
+        log = self._log(table, carried=True)
+        if log is None:
+            return None
+        infos = self._infos.setdefault(table, {})
+        txns = self._txns.setdefault(table, {})
+        lowest = max(version - SEQUENCE_LOOKBACK, -1)
+        below = version
+        while below > lowest and below in infos:
+            if txns.get(below) is not None:
+                return txns[below]
+            below -= 1
+        if below == lowest:
+            return -1 if lowest == -1 else None
+        found = self._checksum(log, version)
+        if found is not None:
+            return found
+        while below > lowest:
+            if below not in infos:
+                try:
+                    self._window(table, log, range(max(0, below - WINDOW + 1), below + 1))
+                except CannotFollow:
+                    return None
+                if below not in infos:
+                    return None  # cleaned up: what came before is in a checkpoint
+            if txns.get(below) is not None:
+                return txns[below]
+            below -= 1
+        return -1 if lowest == -1 else None
+
+    def _checksum(self, log: str, version: int) -> int | None:
+        path = f"{log}/{checksum_file(version)}"
+        try:
+            rows = self.files.rows("binaryFile", path, ["decode(content, 'UTF-8')"])
+        except Exception:
+            return None  # not written (yet), or unreadable: the commits say it
+        return checksum_sequence(str(rows[0][0] or "")) if rows else None
 
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
         """Each commit's lines, one row per line (`text`: a commit file of any size), read by

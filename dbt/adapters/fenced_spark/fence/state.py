@@ -108,6 +108,12 @@ class FenceState:
         return self.isolation == VERSION or self.scope.any_change
 
     @property
+    def horizon(self) -> int:
+        """The newest version whose commits this attempt judged (or built on): what a write's
+        token is read at (fence/sequence.py)."""
+        return max([self.expected_version, *(j.commit.version for j in self.judged)])
+
+    @property
     def tolerated(self) -> list[Judgement]:
         return [j for j in self.judged if not j.conflict]
 
@@ -131,8 +137,14 @@ class FenceState:
             delta_retries=step == "write"
             and self.strategy not in NATIVE_STRATEGIES
             and not self.strict,
-            # A write Delta may commit above others records what it read and writes.
-            scope=scope_json(self.scope) if step == "write" and not self.strict else None,
+            # What the write read and writes, for a later run to judge the commits below it
+            # that its run never did (capture.check_earlier_runs). A strict write's is only
+            # recorded when known: STEPS says nothing of what it read.
+            scope=(
+                scope_json(self.scope)
+                if step == "write" and (not self.strict or self.scope != STEPS)
+                else None
+            ),
             batch=self.batch,
         )
 
@@ -146,6 +158,8 @@ class FenceResult:
     tolerated: tuple[Judgement, ...] = ()
     # The node's own commits before its write (pre-hook, schema-change, compile-time steps).
     steps: tuple[Commit, ...] = ()
+    # The write's commit as read from the log; None where it was verified without a read.
+    write: Commit | None = None
 
     def step_names(self) -> list[str]:
         return [step_name(c) for c in self.steps]

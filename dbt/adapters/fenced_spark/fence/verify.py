@@ -1,7 +1,7 @@
 """Steps 5 and 7: judge the commits that landed since the expected version, before the write
 (pre-check) and after it (verification), by the rules of fence/conflicts.py."""
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -11,6 +11,7 @@ from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.sequence import Token
 from dbt.adapters.fenced_spark.fence.state import (
     LAST_COMMIT,
     VERSION,
@@ -24,6 +25,23 @@ if TYPE_CHECKING:
 
 
 logger = AdapterLogger("FencedSpark")
+
+
+@dataclass(frozen=True)
+class Overtaken:
+    """Delta refused the write inside its commit, and nothing of it was written, for commits
+    that conflict with nothing the node read or writes: Fence.write sends it again."""
+
+    state: FenceState  # with those commits judged
+    why: str  # the commits, as the log line names them
+    # Whether a commit explains the refusal: Delta's conflict error, or a fenced write whose
+    # SetTransaction Delta's check of our token saw. Not: the sequence as read was wrong.
+    explained: bool
+    seconds: float  # how long the send took
+
+    @property
+    def horizon(self) -> int:
+        return self.state.horizon
 
 
 def precheck(fence: "Fence", state: FenceState) -> FenceState:
@@ -106,19 +124,25 @@ def after_step(fence: "Fence", state: FenceState, step: str) -> FenceState:
     return replace(state, expected_version=expected)
 
 
-def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) -> FenceResult:
+def verify(
+    fence: "Fence",
+    state: FenceState,
+    conflict: BaseException | None,
+    token: Token | None = None,
+    seconds: float = 0.0,
+) -> FenceResult | Overtaken:
     if conflict is None and (result := session_commit(fence, state)) is not None:
         return result
     commits = fence.commits_since(state.table, state.read_version)
     ours = fence.ours(state, commits, "write")
     if not ours:
-        if conflict is not None:
-            fence.refuse(
-                state,
-                f"Delta's conflict detection during the write ({conflict_name(conflict)})",
-            )
+        # With a token, a write that changed nothing commits too: none means refused, by
+        # Delta's check of the token or its conflict detection, for what landed meanwhile.
+        if conflict is not None or (token and any(c.version > state.horizon for c in commits)):
+            return refused_inside(fence, state, commits, conflict, token, seconds)
         # An unchanged table makes no commit: nothing to verify, nothing lost. Unless the
-        # table went away after the write, taking our commit with it: that is not "no change".
+        # table went away after the write, taking our commit with it: that is not "no change",
+        # nor a refusal.
         latest = fence.latest_version(state.table, known=state.expected_version)
         if latest < 0:
             raise DbtRuntimeError("the table's Delta log is gone: dropped after the write")
@@ -127,6 +151,9 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
                 f"the table's history now ends at v{latest}, before "
                 f"v{state.expected_version}: replaced after the write"
             )
+        if token is not None:
+            # Skipped, and no commit says why: the sequence as read was too low.
+            return Overtaken(state, "no commit after the pre-check", False, seconds)
         return FenceResult(
             state.read_version,
             None,
@@ -158,7 +185,39 @@ def verify(fence: "Fence", state: FenceState, conflict: BaseException | None) ->
         state.attempt,
         tuple(state.tolerated),
         own_steps(fence, state, commits),
+        our,
     )
+
+
+def refused_inside(
+    fence: "Fence",
+    state: FenceState,
+    commits: list[Commit],
+    conflict: BaseException | None,
+    token: Token | None,
+    seconds: float,
+) -> Overtaken:
+    """Delta refused the write inside its commit: its conflict error, or its check of our
+    token skipped it. Nothing of it was written. The commits after the pre-check's horizon
+    are judged: a conflict refuses the node (fence_retries may retry), none sends it again."""
+    horizon = state.horizon
+    landed = [c for c in fence.foreign(state, commits) if c.version > horizon]
+    if conflict is not None:
+        check = f"Delta's conflict detection during the write ({conflict_name(conflict)})"
+    else:
+        check = (
+            "Delta, inside its commit: another fenced write committed after this one's "
+            "pre-check, so Delta skipped it"
+        )
+    if not landed:
+        # Only Delta's error brings us here: from a snapshot older than the pre-check's (a
+        # staleness limit), over commits the pre-check judged no conflict.
+        return Overtaken(state, "commits the pre-check judged no conflict", True, seconds)
+    judged = judge(fence, state, landed, check)
+    explained = conflict is not None or (token is not None and any(map(token.explains, landed)))
+    named = ", ".join(c.describe() for c in landed[:2])
+    more = f" and {len(landed) - 2} more" if len(landed) > 2 else ""
+    return Overtaken(judged, named + more, explained, seconds)
 
 
 def session_commit(fence: "Fence", state: FenceState) -> FenceResult | None:
@@ -189,16 +248,27 @@ def own_steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple
 
 
 def _as_written(fence: "Fence", state: FenceState, our: Commit, below: list[Commit]) -> FenceState:
-    """After a MERGE, the keys it wrote are the keys of the rows its commit changed:
-    exact, where the staging view would evaluate the model SQL once more."""
-    if not state.scope.keys or not _unjudged(fence, state, below):
+    """After a MERGE, the keys it wrote are the keys of the rows its commit changed: exact,
+    where the model SQL (or its staging view) would be evaluated once more. Every commit below
+    ours that a check before the write tolerated on the prediction of those keys (the model's
+    inputs may have moved since: a source table, the clock) is judged again against them, so
+    no tolerance stands that the rows written do not confirm."""
+    if not state.scope.keys or state.scope.source_verb == "wrote":
         return state
+    foreign = {c.version for c in fence.foreign(state, below)}
+    predicted = {j.commit.version for j in state.tolerated if j.commit.version in foreign}
+    if not predicted and not _unjudged(fence, state, below):
+        return state
+    # The rest of what was judged stands: conflicts, and commits judged outside `below`.
+    kept = tuple(j for j in state.judged if j.commit.version not in predicted)
     try:
         written = fence.conflict_check(state).changed_rows(our.version)
     except Exception as exc:
         why = f"the rows our write changed could not be read ({reason(exc)})"
-        return replace(state, scope=replace(state.scope, any_change=True, why_any=why))
-    return replace(state, scope=replace(state.scope, source=written, source_verb="wrote"))
+        scope = replace(state.scope, any_change=True, why_any=why)
+    else:
+        scope = replace(state.scope, source=written, source_verb="wrote")
+    return replace(state, scope=scope, judged=kept)
 
 
 def _unjudged(fence: "Fence", state: FenceState, commits: list[Commit]) -> list[Commit]:

@@ -14,19 +14,25 @@ with fenced_spark_write_tag():
 
 
 
-{#-- dbt's statement (global_project/macros/etc/statement.sql), with one change: a Python
+{#-- dbt's statement (global_project/macros/etc/statement.sql), with two changes: a Python
      statement is run by the adapter (adapter.submit_python_job: in the node's own session).
      dbt's context lets only a materialization itself submit Python (its submit_python_job
      checks that the statement sits right under the materialization); the fenced incremental
      wraps dbt-spark's, one level deeper, for a first run, a full refresh and an unfenced run.
-     Every other line is dbt's. --#}
+     And the write of an incremental model that dbt-spark runs (statement 'main': those same
+     runs) reports the rows its commit changed (adapter.fence_rows_response). Every other
+     line is dbt's. --#}
 {%- macro statement(name=None, fetch_result=False, auto_begin=True, language='sql') -%}
   {%- if execute: -%}
     {%- set compiled_code = caller() -%}
+    {%- set counted = name == 'main' and model is mapping and model.get('resource_type') == 'model' and (model.get('config') or {}).get('materialized') == 'incremental' -%}
 
     {%- if name == 'main' -%}
       {{ log('Writing runtime {} for node "{}"'.format(language, model['unique_id'])) }}
       {{ write(compiled_code) }}
+    {%- endif -%}
+    {%- if counted -%}
+      {%- do adapter.fence_rows_begin() -%}
     {%- endif -%}
     {%- if language == 'sql'-%}
       {%- set res, table = adapter.execute(compiled_code, auto_begin=auto_begin, fetch=fetch_result) -%}
@@ -40,6 +46,10 @@ with fenced_spark_write_tag():
       {% do exceptions.raise_compiler_error("statement macro didn't get supported language") %}
     {%- endif -%}
 
+    {%- if counted -%}
+      {%- set batched = (model.get('config') or {}).get('incremental_strategy') == 'microbatch' -%}
+      {%- set res = adapter.fence_rows_response(res, this, model.get('unique_id') if batched else none) -%}
+    {%- endif -%}
     {%- if name is not none -%}
       {{ store_result(name, response=res, agate_table=table) }}
     {%- endif -%}

@@ -47,6 +47,9 @@
 {% macro fenced_incremental(existing_relation, settings) %}
   {%- if settings.reads_self -%}
     {%- set how = 'read {{ this }} at compile time' if adapter.fence_read_at_compile_time() else 'reads {{ this }}' -%}
+    {%- if settings.hooks_read_self and not adapter.fence_read_at_compile_time() -%}
+      {%- set how = 'reads {{ this }} in a pre-hook' -%}
+    {%- endif -%}
     {%- if model.language == 'python' -%}
       {%- set how = 'is a Python model (counted as reading its whole table)' -%}
     {%- endif -%}
@@ -70,7 +73,9 @@
        or the conflict analysis's join fails). Otherwise it is staged in a run-unique temp view. --#}
   {%- set staging = this.staging_view(invocation_id) -%}
   {%- set inline = model.language == 'sql' and settings.on_schema_change == 'ignore' -%}
-  {%- set staged_sql = adapter.fence_stage(this, staging, compiled_code, model.language, inline) -%}
+  {#-- the model's query: a sql_header's fragment that opens it in front, its reads pinned too --#}
+  {%- set query = header_query(compiled_code, model.language) -%}
+  {%- set staged_sql = adapter.fence_stage(this, staging, query, model.language, inline) -%}
   {%- set source = staged_sql if inline else staging -%}
   {%- if not inline and settings.strategy in ['merge', 'insert'] and settings.unique_key -%}
     {%- do fence_validate_unique_key(staging, settings.unique_key) -%}
@@ -86,7 +91,7 @@
   {#-- target/run: what ran, as dbt's statement('main') writes it for stock's models --#}
   {%- do write(fence_run_file(none if inline else staged_sql, write_sql, settings)) -%}
   {%- set response = adapter.fence_write(
-      write_sql, this, staging, compiled_code, settings.fence_retries,
+      write_sql, this, staging, query, settings.fence_retries,
       fence_conflict_scope(settings)) -%}
   {%- do store_result('main', response=response) -%}
 

@@ -1,6 +1,9 @@
 {% materialization incremental, adapter='fenced_spark', supported_languages=['sql', 'python'] -%}
   {%- set settings = fence_validate_config() -%}
   {%- set existing_relation = load_relation(this) -%}
+  {%- if existing_relation is none or existing_relation.is_view or should_full_refresh() -%}
+    {%- do fence_validate_first_build(settings) -%}
+  {%- endif -%}
   {%- if settings.keyless_merge and not settings.reads_self and settings.fence_batch_id is none and existing_relation is not none and not should_full_refresh() -%}
     {{ log("fenced_spark: " ~ this ~ " " ~ fence_appends(settings) ~ " and does not read {{ this }}: a blind append, unfenced as dbt-spark runs it", info=true) }}
   {%- endif -%}

@@ -95,7 +95,9 @@
        append, fenced like one. --#}
   {%- set keyless_merge = strategy == 'merge' and not unique_key -%}
   {%- set mode = 'auto' if keyless_merge else strategies[strategy] -%}
-  {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(compiled_code, this, model.language) -%}
+  {%- set reads_self = mode == 'auto' and adapter.fence_reads_self(header_query(compiled_code, model.language), this, model.language) -%}
+  {%- set hooks_read_self = mode == 'auto' and fenced_config and not reads_self and fence_pre_hooks_read_self() -%}
+  {%- set reads_self = reads_self or hooks_read_self -%}
   {#-- a batch id fences a blind append too: the only run it can conflict with is another
        run of its batch --#}
   {%- set fenced = fenced_config and (mode == 'fenced' or reads_self or batch_id is not none) -%}
@@ -126,6 +128,7 @@
       'configured_strategy': raw_strategy,
       'fenced': fenced,
       'reads_self': reads_self,
+      'hooks_read_self': hooks_read_self,
       'keyless_merge': keyless_merge,
       'fence_retries': common.fence_retries,
       'fence_accept_unverified': common.fence_accept_unverified,
@@ -171,10 +174,26 @@
 {% endmacro %}
 
 
+{% macro fence_validate_first_build(settings) %}
+  {#-- A first (full) build is dbt-spark's CREATE, which never uses the key: a key the model
+       does not select would pass it and fail the next run's MERGE after Spark ran. Checked on
+       the model's SQL as Spark analyses it (no job), before the CREATE. --#}
+  {%- if settings.unique_key and settings.strategy in ['merge', 'insert'] and model.language == 'sql' -%}
+    {%- set columns = adapter.fence_query_columns(header_query(compiled_code)) -%}
+    {%- do fence_validate_unique_key(none, settings.unique_key, found=fence_columns_missing(columns, settings.unique_key)) -%}
+  {%- endif -%}
+{% endmacro %}
+
+
 {% macro fence_missing_unique_key(staging, unique_key) %}
   {#-- The keys that are not columns of the staged model, and its columns. --#}
+  {{ return(fence_columns_missing(adapter.get_columns_in_relation(staging), unique_key)) }}
+{% endmacro %}
+
+
+{% macro fence_columns_missing(relation_columns, unique_key) %}
+  {#-- The keys that are not among these columns, and the columns' names. --#}
   {%- set keys = [unique_key] if unique_key is string else unique_key -%}
-  {%- set relation_columns = adapter.get_columns_in_relation(staging) -%}
   {%- set columns = relation_columns | map(attribute='name') | list -%}
   {%- set types = {} -%}
   {%- for column in relation_columns -%}
@@ -204,4 +223,16 @@
     {%- endif -%}
   {%- endfor -%}
   {{ return({'missing': missing | unique | list, 'columns': columns}) }}
+{% endmacro %}
+
+
+{% macro fence_pre_hooks_read_self() %}
+  {#-- An `append` whose pre-hook reads {{ this }} (SET VAR wm = (select max(id) from ...),
+       CACHE TABLE, a temp view) is a read-modify-write, as one whose SQL does. The hooks are
+       rendered as run_hooks renders them, once more: a hook's Jinja runs twice. --#}
+  {%- set rendered = [] -%}
+  {%- for hook in pre_hooks -%}
+    {%- do rendered.append(render(hook.get('sql')) | trim) -%}
+  {%- endfor -%}
+  {{ return(adapter.fence_hooks_read_self(rendered, this)) }}
 {% endmacro %}

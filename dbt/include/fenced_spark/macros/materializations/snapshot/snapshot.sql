@@ -31,7 +31,7 @@
   {#-- 2. dbt's staging select, its reads of the snapshot table pinned to vB, in a temp view
        unique to this run and node (dbt-spark's is a persistent `<snapshot>__dbt_tmp`, which
        two overlapping runs replace and drop under each other) --#}
-  {%- set staging_sql = snapshot_staging_table(strategy, sql, target_relation) -%}
+  {%- set staging_sql = snapshot_staging_table(strategy, header_query(sql), target_relation) -%}
   {%- set staging = target_relation.staging_view(invocation_id) -%}
   {%- do adapter.fence_stage(target_relation, staging, staging_sql) -%}
   {%- do adapter.expand_target_column_types(from_relation=staging, to_relation=target_relation) -%}
