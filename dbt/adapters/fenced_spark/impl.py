@@ -286,6 +286,7 @@ class FenceSql:
         locations: dict[str, str | None] | None = None,
         hints: dict[str, int] | None = None,
         settled: dict[str, str] | None = None,
+        continued: bool = False,
     ) -> HistoryReader:
         # The embedded session reads the Delta log itself: no Spark job, no log listing.
         # Thrift and Connect clients have no JVM of their own: the server reads the files,
@@ -293,7 +294,7 @@ class FenceSql:
         # run left the table (`hints`).
         if self.over_sql():
             files = connect.FrameReads(self.connections) if self.over_connect() else None
-            return SqlLog(self, locations, hints, settled, files)
+            return SqlLog(self, locations, hints, settled, files, continued)
         handle = self.connections.get_thread_connection().handle.handle
         return LogTail(handle.spark, fallback=SqlHistory(self))
 
@@ -1029,14 +1030,22 @@ class FencedSparkAdapter(SparkAdapter):
         return AdapterResponse(_message="OK")
 
     def _rows_written(
-        self, table: str, version: int | None, commit: Commit | None = None
+        self, table: str, version: int | None, commit: Commit | None = None, fenced: bool = False
     ) -> dict[str, Any]:
         """The response's row counts of the write that committed `version` (none: it changed
         nothing). Never the node's error: without them the response only says less."""
         if version is None:
             return row_counts.NOTHING.fields()
+        txn = self._txn() if fenced else None
+        if txn is None:
+            log, node = self._fence().log, None
+        else:
+            # Right after the fenced write: where its steps found the table, no DESCRIBE more;
+            # a commit read there counts only if it carries the node's tag.
+            log = FenceSql(self.connections, txn.described).log(txn.logs, continued=True)
+            node = txn.node
         try:
-            counts = row_counts.written(self._fence().log, table, version, commit)
+            counts = row_counts.written(log, table, version, commit, node)
         except Exception as exc:
             logger.debug(f"fenced_spark: the rows of {table}'s v{version} are unknown: {exc}")
             return {}
@@ -1190,7 +1199,7 @@ class FencedSparkAdapter(SparkAdapter):
             tolerated=over,
             steps=steps,
             table_location=location_of(log) if (log := txn.logs.get(txn.table)) else None,
-            **self._rows_written(state.table, result.commit_version, result.write),
+            **self._rows_written(state.table, result.commit_version, result.write, fenced=True),
         )
         # A post-hook or grant failing after this commit leaves dbt's response empty.
         self._responses.record(txn.node, response.to_dict(omit_none=True))

@@ -63,14 +63,21 @@ def of_commit(commit: Commit) -> RowCounts | None:
 
 
 def written(
-    log: HistoryReader, table: str, version: int, commit: Commit | None
+    log: HistoryReader,
+    table: str,
+    version: int,
+    commit: Commit | None,
+    node: str | None = None,
 ) -> RowCounts | None:
     """The counts of the write that committed `version` (`commit`, when the fence read it
     already). A session's last commit may be Delta's auto compaction right after its write:
-    then the write is the commit below it."""
+    then the write is the commit below it. With `node`, a commit read here counts only if it
+    carries that node's tag (the log read may be where the table was, not where it is)."""
     if commit is None or commit.version != version:
         commits = {c.version: c for c in log.commits_since(table, max(version - 2, -1))}
         commit = commits.get(version)
         if commit is not None and commit.compaction:
             commit = commits.get(version - 1)
+        if node is not None and (commit is None or commit.tag is None or commit.tag.node != node):
+            return None
     return of_commit(commit) if commit is not None else None

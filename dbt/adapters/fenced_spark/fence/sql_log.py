@@ -121,8 +121,12 @@ class SqlLog:
         hints: dict[str, int] | None = None,
         settled: dict[str, str] | None = None,
         files: FileReads | None = None,
+        continued: bool = False,
     ) -> None:
         self.source = source
+        # A reader that continues the step which found `node`'s locations (the row counts of
+        # the write just verified) takes them as found, as that step's own reads do.
+        self._continued = continued
         self.files = files or SqlFileReads(source)
         self.fallback = SqlHistory(source)
         self._node = {} if node is None else node
@@ -140,7 +144,7 @@ class SqlLog:
         self._txns: dict[str, dict[int, int | None]] = {}
 
     def _log(self, table: str, carried: bool = False) -> str | None:
-        if carried and table not in self._logs and table in self._node:
+        if (carried or self._continued) and table not in self._logs and table in self._node:
             return self._node[table]
         if table not in self._logs:
             self._logs[table] = self._node[table] = self._resolve(table)
