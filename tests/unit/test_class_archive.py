@@ -73,3 +73,68 @@ def test_no_archive_under_the_users_own_jvm_options(tmp_path):
     # A server's JVM has another class path: it neither writes nor maps the session's archive.
     server = session.launch_conf(ours, share_classes=False)["spark.driver.extraJavaOptions"]
     assert server == f"-Dderby.system.home={tmp_path}"
+
+
+def spark_home(root, jar_bytes: bytes = b"jar") -> str:
+    """A pyspark as the launcher finds it: bin/spark-submit and a jars folder."""
+    os.makedirs(root / "bin", exist_ok=True)
+    (root / "bin" / "spark-submit").write_text("")
+    os.makedirs(root / "jars", exist_ok=True)
+    (root / "jars" / "spark-core.jar").write_bytes(jar_bytes)
+    return str(root)
+
+
+def test_each_venvs_pyspark_gets_its_own_archive(tmp_path, monkeypatch, cache):
+    # The JVM refuses an archive written with another class path: a second venv's pyspark,
+    # its jars in another folder, must not find the first's archive under its key.
+    first, second = spark_home(tmp_path / "venv1"), spark_home(tmp_path / "venv2")
+    monkeypatch.setenv("SPARK_HOME", first)
+    key = class_archive.archive_key(PACKAGE)
+    assert class_archive.archive_key(PACKAGE) == key
+    assert class_archive.archive_key(PACKAGE, {"spark.driver.memory": "2g"}) != key
+    monkeypatch.setenv("SPARK_HOME", second)
+    assert class_archive.archive_key(PACKAGE) != key
+    monkeypatch.setenv("SPARK_HOME", first)
+    os.utime(os.path.join(first, "jars", "spark-core.jar"), (1, 1))  # the same path, rewritten
+    assert class_archive.archive_key(PACKAGE) != key
+
+
+def test_the_class_path_keys_the_archive_the_project_folder_does_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_HOME", spark_home(tmp_path / "venv"))
+    jar = tmp_path / "driver.jar"
+    jar.write_bytes(b"jdbc")
+
+    def archive(folder: str, **conf: str) -> str:
+        creds = FencedSparkCredentials(
+            schema="s",
+            folder=str(tmp_path / folder),
+            jars_cache=str(tmp_path / "ivy"),
+            server_side_parameters=conf,
+        )
+        options = session.launch_conf(creds)["spark.driver.extraJavaOptions"]
+        return os.path.basename(part_of(options.split(" ", 1)[1])).split(".")[0]
+
+    # Two projects on one cache share one archive: -Dderby.system.home is no part of it.
+    assert archive("a") == archive("b")
+    assert archive("a", **{"spark.driver.extraClassPath": str(jar)}) != archive("a")
+    assert archive("a", **{"spark.driver.memory": "48g"}) != archive("a")
+
+
+def test_an_archive_the_jvm_refused_is_removed_for_one_of_its_own(tmp_path):
+    final = tmp_path / "k.jsa"
+    final.write_bytes(class_archive.MAGIC)
+    log = tmp_path / "spark.log"
+    log.write_text(f"[warning][cds,dynamic] Unable to use shared archive: {final} (earlier)\n")
+    offset = log.stat().st_size
+    options = f"-Dderby.system.home=/x -XX:SharedArchiveFile={final}"
+    with open(log, "a") as out:
+        out.write("WARNING: Using incubator modules: jdk.incubator.vector\n")
+    class_archive.check_mapped(options, str(log), offset)
+    assert final.exists()
+    with open(log, "a") as out:
+        out.write(
+            "[1.543s][warning][cds,dynamic] Unable to use shared archive. "
+            f"The top archive failed to load: {final}\n"
+        )
+    class_archive.check_mapped(options, str(log), offset)
+    assert not final.exists()

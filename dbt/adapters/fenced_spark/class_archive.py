@@ -12,9 +12,12 @@ archive keeps its file when a new one is renamed over it."""
 
 import hashlib
 import os
+import re
 import shutil
 import time
 import uuid
+from collections.abc import Mapping
+from contextlib import suppress
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -24,6 +27,8 @@ logger = AdapterLogger("FencedSpark")
 MAGIC = bytes.fromhex("a8ab0bf0")
 # A part without a header after this long was cut short (a killed JVM): removed.
 ABANDONED_SECONDS = 600.0
+# What the JVM prints (a warning, on its stdout: spark.log) when it cannot map an archive.
+REFUSED = "Unable to use shared archive"
 
 
 def java_binary() -> str | None:
@@ -32,25 +37,86 @@ def java_binary() -> str | None:
     return os.path.realpath(java) if java and os.path.isfile(java) else None
 
 
-def archive_key(delta_package: str) -> str | None:
-    """What the archive holds depends on the JVM, Spark's build and Delta's."""
-    java = java_binary()
-    if java is None:
-        return None
+# What the archive's layout depends on besides the class path: the heap size (over 32 GB the
+# JVM drops compressed oops, and an archive of the other kind fails to map) and any option a
+# user adds around the adapter's own (the environment's, Spark's default driver options).
+OPTION_KEYS = ("spark.driver.memory", "spark.driver.defaultJavaOptions")
+OPTION_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS")
+
+
+def spark_home() -> str | None:
+    """Where pyspark's launcher runs Spark from (SPARK_HOME, else the pyspark package)."""
     try:
-        import pyspark
+        from pyspark.find_spark_home import _find_spark_home
 
-        spark_version = pyspark.__version__
-    except ImportError:
+        return os.path.realpath(_find_spark_home())
+    except (ImportError, SystemExit):
+        return None  # it exits when there is no Spark to find
+
+
+def class_path(conf: Mapping[str, str], home: str) -> list[str]:
+    """The entries Spark's launcher can put on the driver's class path, in its order: the JVM
+    refuses an archive whose class path entries (each jar's path, size and mtime) differ from
+    its own, so a second venv's pyspark, in another folder, cannot map the first's. After
+    spark-class's AbstractCommandBuilder.buildClassPath."""
+    env = os.environ.get
+    entries = [env("SPARK_CLASSPATH", ""), conf.get("spark.driver.extraClassPath", "")]
+    entries += [env("SPARK_CONF_DIR") or os.path.join(home, "conf")]
+    entries += [os.path.join(home, "jars", "*"), env("HADOOP_CONF_DIR", "")]
+    entries += [env("YARN_CONF_DIR", ""), env("SPARK_DIST_CLASSPATH", "")]
+    return [entry for value in entries for entry in value.split(os.pathsep) if entry]
+
+
+def stamp(entry: str) -> str:
+    """An entry as the JVM checks it: a jar by size and mtime, a `dir/*` by its jars, a
+    folder by what is in it (spark-defaults.conf in Spark's conf folder changes the start)."""
+    folder, pattern = (os.path.dirname(entry), "*") if entry.endswith("*") else (entry, "")
+    if pattern or os.path.isdir(entry):
+        names = sorted(_listing(folder))
+        if pattern:
+            names = [name for name in names if name.lower().endswith(".jar")]
+        return f"{entry}[{','.join(_file(os.path.join(folder, name)) for name in names)}]"
+    return _file(entry)
+
+
+def _file(path: str) -> str:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return f"{path}:missing"
+    return f"{path}:{status.st_size}:{status.st_mtime_ns}"
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def archive_key(delta_package: str, conf: Mapping[str, str] | None = None) -> str | None:
+    """Everything the JVM checks before it maps an archive (its own build, the class path, the
+    options that change the archive's layout), and what decides the classes in it (Spark's
+    and Delta's versions). The Delta jars in `spark.jars` are not on the class path: Spark's
+    own loader defines their classes, which the JVM matches one by one (size and CRC of each
+    class), never refusing the archive for them; the package names them."""
+    conf = conf or {}
+    java, home = java_binary(), spark_home()
+    if java is None or home is None:
         return None
-    stamp = f"{java}:{os.path.getmtime(java)}:{spark_version}:{delta_package}"
-    return hashlib.sha1(stamp.encode()).hexdigest()[:16]
+    import pyspark
+
+    parts = [stamp(java), pyspark.__version__, delta_package]
+    parts += [stamp(entry) for entry in class_path(conf, home)]
+    parts += [f"{key}={conf.get(key, '')}" for key in OPTION_KEYS]
+    parts += [f"{name}={os.environ.get(name, '')}" for name in OPTION_VARIABLES]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def java_options(jars_cache: str, delta_package: str) -> str:
-    """The JVM options for this start: map the archive, or write one at exit; nothing while
-    another JVM is writing one, or when there is nowhere to keep it."""
-    key = archive_key(delta_package) if jars_cache else None
+def java_options(jars_cache: str, delta_package: str, conf: Mapping[str, str] | None = None) -> str:
+    """The JVM options for a start with `conf`: map the archive, or write one at exit; nothing
+    while another JVM is writing one, or when there is nowhere to keep it."""
+    key = archive_key(delta_package, conf) if jars_cache else None
     if key is None:
         return ""
     folder = os.path.join(jars_cache, "cds")
@@ -90,3 +156,25 @@ def _publish(folder: str, key: str, final: str) -> bool:
         except OSError:
             continue  # another start got to it first
     return writing
+
+
+def check_mapped(options: str, log_path: str, offset: int) -> None:
+    """The JVM says in its output when it could not map the archive (a difference the key does
+    not cover): that archive is removed, so the next start writes one it can map instead of
+    every start failing on it. `offset` is where this start's output begins."""
+    mapping = re.search(r"-XX:SharedArchiveFile=(\S+)", options)
+    if mapping is None:
+        return
+    archive = mapping.group(1)
+    try:
+        with open(log_path, errors="replace") as log:
+            log.seek(offset)
+            refused = [line.strip() for line in log.read(1 << 16).splitlines() if REFUSED in line]
+    except OSError:
+        return
+    if not refused:
+        logger.debug(f"The JVM mapped the class archive {archive} (it printed no refusal)")
+        return
+    with suppress(OSError):
+        os.remove(archive)
+    logger.debug(f"{refused[0]}: removed {archive}; the next start writes one of its own")

@@ -73,9 +73,7 @@ def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> 
         "spark.sql.warehouse.dir": creds.warehouse or os.path.join(folder, "warehouse"),
         "spark.hadoop.javax.jdo.option.ConnectionURL": lakehouse.embedded_url(folder),
         # derby.log lands in derby.system.home; keep it inside the folder, not the cwd.
-        "spark.driver.extraJavaOptions": " ".join(
-            filter(None, [f"-Dderby.system.home={folder}", _class_archive(creds, share_classes)])
-        ),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={folder}",
         "spark.driver.memory": "2g",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -101,14 +99,13 @@ def launch_conf(creds: "FencedSparkCredentials", share_classes: bool = True) -> 
             # Ivy resolves the package again at every start (2-3 s) though nothing changed.
             del conf["spark.jars.packages"]
             conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars"), *jars]))
+    # The user's own JVM options replace ours whole: then there is nothing to add. The archive
+    # is keyed on the finished conf (its class path, its heap).
+    if share_classes and "spark.driver.extraJavaOptions" not in creds.server_side_parameters:
+        archive = class_archive.java_options(creds.jars_cache or "", creds.delta_package, conf)
+        options = [conf["spark.driver.extraJavaOptions"], archive]
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, options))
     return conf
-
-
-def _class_archive(creds: "FencedSparkCredentials", share_classes: bool) -> str:
-    # The user's own JVM options replace these whole: then there is nothing to add.
-    if not share_classes or "spark.driver.extraJavaOptions" in creds.server_side_parameters:
-        return ""
-    return class_archive.java_options(creds.jars_cache or "", creds.delta_package)
 
 
 # Keys that change what Ivy resolves: set by the user, the record is neither used nor written.
@@ -220,11 +217,13 @@ def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSe
     # instead, so the dbt log shows dbt and this adapter.
     # The launcher copies os.environ; bind the driver to loopback, not the host's address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
     with open(log_path, "ab") as log:
         gateway = launch_gateway(
             SparkConf().setAll(list(on_command_line(launch).items())),
             popen_kwargs={"stdout": log, "stderr": log},
         )
+    class_archive.check_mapped(launch.get("spark.driver.extraJavaOptions", ""), log_path, offset)
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
     session = SparkSession.builder.config(conf=conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
