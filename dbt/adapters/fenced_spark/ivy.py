@@ -8,10 +8,12 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
+
+from dbt.adapters.fenced_spark import start_progress
 
 logger = AdapterLogger("FencedSpark")
 
@@ -87,18 +89,37 @@ def classpath(coordinate: str, cache: str) -> list[str]:
             return jars
         os.makedirs(os.path.dirname(record), exist_ok=True)
         partial = f"{record}.{os.getpid()}"
-        try:
-            done = subprocess.run(
-                [_java(), "-jar", _ivy_jar(), "-cache", os.path.join(cache, "cache")]
-                + ["-dependency", *match.groups(), "-confs", "default", "-cachepath", partial],
-                capture_output=True,
-                text=True,
-                timeout=600,  # it holds the cache's lock: a hung download must not hold it on
-            )
-        except subprocess.TimeoutExpired:
-            raise DbtRuntimeError(f"Ivy did not resolve {coordinate} within 600 s") from None
-        if done.returncode != 0 or not os.path.exists(partial):
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+        output = _resolve(coordinate, cache, [*match.groups()], partial)
+        if output is not None or not os.path.exists(partial):
+            tail = "\n".join((output or "").strip().splitlines()[-8:])
             raise DbtRuntimeError(f"Ivy could not resolve {coordinate} into {cache}:\n{tail}")
         os.replace(partial, record)
     return _recorded(record)
+
+
+def _resolve(coordinate: str, cache: str, module: list[str], cachepath: str) -> str | None:
+    """Runs Ivy's main, its downloads said as they happen (start_progress); None when it
+    succeeded, else its output."""
+    log_path = f"{cachepath}.log"
+    report = start_progress.IvyReport(coordinate, os.path.join(cache, "cache"))
+    try:
+        with (
+            open(log_path, "w") as log,
+            start_progress.watch(
+                log_path, report, f"Resolving {coordinate}", f"Resolved {coordinate}"
+            ),
+        ):
+            done = subprocess.run(
+                [_java(), "-jar", _ivy_jar(), "-cache", os.path.join(cache, "cache")]
+                + ["-dependency", *module, "-confs", "default", "-cachepath", cachepath],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=600,  # it holds the cache's lock: a hung download must not hold it on
+            )
+        with open(log_path, errors="replace") as log:
+            return None if done.returncode == 0 else log.read()
+    except subprocess.TimeoutExpired:
+        raise DbtRuntimeError(f"Ivy did not resolve {coordinate} within 600 s") from None
+    finally:
+        with suppress(OSError):
+            os.remove(log_path)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark import class_archive, ivy, lakehouse
+from dbt.adapters.fenced_spark import class_archive, ivy, lakehouse, start_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -205,13 +205,26 @@ def _start(creds: "FencedSparkCredentials", wait_seconds: int) -> "SparkSession"
 
 
 def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSession":
+    log_path = os.path.join(creds.folder or "", "logs", "spark.log")
+    packages = launch.get("spark.jars.packages", "")
+    ivy_cache = os.path.join(launch.get("spark.jars.ivy", ""), "cache")
+    report = start_progress.IvyReport(packages, ivy_cache)
+    # Ivy's downloads and the JVM's start, said as they happen when they take a while.
+    doing = f"Starting Spark + Delta (its output: {log_path})"
+    with start_progress.watch(log_path, report, doing, "Spark + Delta started"):
+        session = _open(creds, launch, log_path)
+    resolved = launch.get("spark.jars.packages") == creds.delta_package
+    if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
+        _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
+    return session
+
+
+def _open(creds: "FencedSparkCredentials", launch: dict[str, str], log_path: str) -> "SparkSession":
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    folder = creds.folder or ""
     conf = SparkConf().setAll(list(launch.items()))
-    log_path = os.path.join(folder, "logs", "spark.log")
     logger.debug(f"Starting embedded Spark + Delta; JVM output goes to {log_path}")
     # Spark and Ivy talk a lot on the console; their output goes to the folder's log
     # instead, so the dbt log shows dbt and this adapter.
@@ -228,11 +241,8 @@ def _launch(creds: "FencedSparkCredentials", launch: dict[str, str]) -> "SparkSe
     session = SparkSession.builder.config(conf=conf).enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     log_query_errors_to(log_path)
-    if not lakehouse.is_embedded(launch, folder):
+    if not lakehouse.is_embedded(launch, creds.folder or ""):
         _reach_metastore(session, launch)
-    resolved = dict(conf.getAll()).get("spark.jars.packages") == creds.delta_package
-    if resolved and not RESOLUTION_KEYS & set(creds.server_side_parameters):
-        _record_resolved(creds, session.sparkContext.getConf().get("spark.jars", ""))
     return session
 
 
