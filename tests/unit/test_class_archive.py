@@ -120,7 +120,7 @@ def test_the_class_path_keys_the_archive_the_project_folder_does_not(tmp_path, m
     assert archive("a", **{"spark.driver.memory": "48g"}) != archive("a")
 
 
-def test_an_archive_the_jvm_refused_is_removed_for_one_of_its_own(tmp_path):
+def test_an_archive_the_jvm_refused_is_removed_for_one_of_its_own(tmp_path, monkeypatch):
     final = tmp_path / "k.jsa"
     final.write_bytes(class_archive.MAGIC)
     log = tmp_path / "spark.log"
@@ -136,5 +136,11 @@ def test_an_archive_the_jvm_refused_is_removed_for_one_of_its_own(tmp_path):
             "[1.543s][warning][cds,dynamic] Unable to use shared archive. "
             f"The top archive failed to load: {final}\n"
         )
+    said: list[str] = []
+    monkeypatch.setattr(class_archive.logger, "debug", said.append)
     class_archive.check_mapped(options, str(log), offset)
     assert not final.exists()
+    assert said == [
+        f"The JVM did not map {final} (Unable to use shared archive. The top archive failed to "
+        f"load: {final}); removed: the next start writes one"
+    ]

@@ -177,4 +177,5 @@ def check_mapped(options: str, log_path: str, offset: int) -> None:
         return
     with suppress(OSError):
         os.remove(archive)
-    logger.debug(f"{refused[0]}: removed {archive}; the next start writes one of its own")
+    said = re.sub(r"^(\[[^]]*\])+\s*", "", refused[0])  # without [uptime][level][tags]
+    logger.debug(f"The JVM did not map {archive} ({said}); removed: the next start writes one")
