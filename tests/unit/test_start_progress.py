@@ -136,3 +136,27 @@ def test_ivys_failure_still_says_its_own_words(tmp_path, monkeypatch):
     with pytest.raises(DbtRuntimeError, match="Unable to access jarfile"):
         ivy.classpath("g:a:1", str(tmp_path / "cache"))
     assert os.listdir(tmp_path / "cache" / "resolved") == []
+
+
+def test_a_start_that_fails_is_not_said_to_have_started(tmp_path, monkeypatch):
+    logged: list[str] = []
+    monkeypatch.setattr(start_progress.logger, "info", logged.append)
+    monkeypatch.setattr(start_progress, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(start_progress, "SLOW_SECONDS", 0.1)
+    log, report = str(tmp_path / "log"), IvyReport("g:a:1", "/c")
+    with pytest.raises(RuntimeError), start_progress.watch(log, report, "Up", "Upped"):
+        time.sleep(0.3)
+        raise RuntimeError("the JVM exited")
+    assert logged == ["Up"]
+
+
+def test_a_download_is_said_at_once_after_what_is_starting(tmp_path, monkeypatch):
+    logged: list[str] = []
+    monkeypatch.setattr(start_progress.logger, "info", logged.append)
+    monkeypatch.setattr(start_progress, "POLL_SECONDS", 0.05)
+    log = tmp_path / "spark.log"
+    with start_progress.watch(str(log), IvyReport("g:a:1", str(tmp_path)), "Starting", "Started"):
+        log.write_text(COLD.format(cache=tmp_path, jars=tmp_path / "jars"))
+        time.sleep(0.2)  # well under SLOW_SECONDS
+    assert logged[0] == "Starting" and logged[1].startswith("Downloading g:a:1 ")
+    assert logged[-1].startswith("Started in ") and len(logged) == 6

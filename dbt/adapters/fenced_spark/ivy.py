@@ -89,17 +89,14 @@ def classpath(coordinate: str, cache: str) -> list[str]:
             return jars
         os.makedirs(os.path.dirname(record), exist_ok=True)
         partial = f"{record}.{os.getpid()}"
-        output = _resolve(coordinate, cache, [*match.groups()], partial)
-        if output is not None or not os.path.exists(partial):
-            tail = "\n".join((output or "").strip().splitlines()[-8:])
-            raise DbtRuntimeError(f"Ivy could not resolve {coordinate} into {cache}:\n{tail}")
+        _resolve(coordinate, cache, [*match.groups()], partial)
         os.replace(partial, record)
     return _recorded(record)
 
 
-def _resolve(coordinate: str, cache: str, module: list[str], cachepath: str) -> str | None:
-    """Runs Ivy's main, its downloads said as they happen (start_progress); None when it
-    succeeded, else its output."""
+def _resolve(coordinate: str, cache: str, module: list[str], cachepath: str) -> None:
+    """Runs Ivy's main, which writes the jars' paths to `cachepath`; its downloads are said as
+    they happen (start_progress follows its output in a file beside it)."""
     log_path = f"{cachepath}.log"
     report = start_progress.IvyReport(coordinate, os.path.join(cache, "cache"))
     try:
@@ -116,8 +113,10 @@ def _resolve(coordinate: str, cache: str, module: list[str], cachepath: str) -> 
                 stderr=subprocess.STDOUT,
                 timeout=600,  # it holds the cache's lock: a hung download must not hold it on
             )
-        with open(log_path, errors="replace") as log:
-            return None if done.returncode == 0 else log.read()
+            if done.returncode != 0 or not os.path.exists(cachepath):
+                with open(log_path, errors="replace") as output:
+                    tail = "\n".join(output.read().strip().splitlines()[-8:])
+                raise DbtRuntimeError(f"Ivy could not resolve {coordinate} into {cache}:\n{tail}")
     except subprocess.TimeoutExpired:
         raise DbtRuntimeError(f"Ivy did not resolve {coordinate} within 600 s") from None
     finally:

@@ -111,7 +111,8 @@ class IvyReport:
 @contextmanager
 def watch(log_path: str, report: IvyReport, doing: str, done: str) -> Iterator[None]:
     """Reads what is appended to `log_path` while the block runs and says it through dbt's
-    logger; after SLOW_SECONDS says `doing`, and at the end how long it took."""
+    logger; after SLOW_SECONDS, or before Ivy's first line, says `doing`, and at the end how
+    long it took."""
     stop = threading.Event()
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
     started = time.monotonic()
@@ -123,9 +124,6 @@ def watch(log_path: str, report: IvyReport, doing: str, done: str) -> Iterator[N
         while True:
             stopping = stop.wait(POLL_SECONDS)
             now = time.monotonic()
-            if not announced.is_set() and now - started >= SLOW_SECONDS and not stopping:
-                announced.set()
-                logger.info(doing)
             try:
                 with open(log_path, "rb") as log:
                     log.seek(offset)
@@ -135,8 +133,12 @@ def watch(log_path: str, report: IvyReport, doing: str, done: str) -> Iterator[N
                 pass
             *lines, pending = pending.split(b"\n")
             said = [report.line(line.decode(errors="replace"), now) for line in lines]
-            said.append(report.tick(now))
-            for text in filter(None, said):
+            said = [text for text in [*said, report.tick(now)] if text]
+            slow = now - started >= SLOW_SECONDS and not stopping
+            if (said or slow) and not announced.is_set():
+                announced.set()  # `doing` first, then what it is doing
+                logger.info(doing)
+            for text in said:
                 logger.info(text)
             if stopping:
                 return
@@ -148,8 +150,9 @@ def watch(log_path: str, report: IvyReport, doing: str, done: str) -> Iterator[N
     finally:
         stop.set()
         follower.join()
-        now = time.monotonic()
-        if summary := report.finished(now):
-            logger.info(summary)
-        if announced.is_set():
-            logger.info(f"{done} in {now - started:.0f} s")
+    # Only when the block succeeded: a failure is told by its error.
+    now = time.monotonic()
+    if summary := report.finished(now):
+        logger.info(summary)
+    if announced.is_set():
+        logger.info(f"{done} in {now - started:.0f} s")
