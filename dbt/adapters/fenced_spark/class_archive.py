@@ -49,7 +49,7 @@ def spark_home() -> str | None:
     try:
         from pyspark.find_spark_home import _find_spark_home
 
-        return os.path.realpath(_find_spark_home())
+        return os.path.abspath(_find_spark_home())  # as the launcher gets it, links kept
     except (ImportError, SystemExit):
         return None  # it exits when there is no Spark to find
 
