@@ -4,7 +4,9 @@ it instead of loading and verifying those classes again (about 4 s of a cold sta
 metastore's first use on 2 cores; docs/benchmarks.md part 6).
 
 The JVM checks an archive against its own build and every archived class against its jar, and
-runs without one it cannot use, so a stale archive costs speed, never correctness. The JVM
+runs without one it cannot use, so a stale archive costs speed, never correctness; the
+archive's name is a key over what the JVM checks (archive_key), so two venvs sharing the cache
+each get their own, and one it refuses anyway is removed for a new one (check_mapped). The JVM
 writes the archive in place when it exits (about 15 s, after dbt has returned), so each JVM
 writes its own `.part` file; the header goes in last, which tells a whole archive from one cut
 short, and only a whole one is renamed to the name later starts use. A JVM that has mapped the
