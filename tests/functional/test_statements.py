@@ -273,7 +273,8 @@ class TestAStrictWriteAfterAnotherInItsSessionIsStillStrict:
         table = f"{project.test_schema}.strict_slow"
         vb = history(spark, table)[-1].version
         writer = ForeignWriter(spark)
-        writer.when(long_spark_job(spark, 1.0), f"insert into {table} values (100)")
+        # 3 s of a job: the 5 s write, not a statement before it that a loaded machine slows
+        writer.when(long_spark_job(spark, 3.0), f"insert into {table} values (100)")
         results, logs = run_dbt_and_capture(
             ["--debug", "run", "--vars", '{"round": 1, "slow_ms": 5000}'], expect_pass=False
         )
