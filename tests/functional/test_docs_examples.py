@@ -7,6 +7,7 @@ new user would: its own files, in a new directory, by the `dbt` command."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.conftest import REPO
 from tests.functional.lakehouse import rows
 
 PAGES = [Path(REPO) / "README.md", *sorted((Path(REPO) / "docs").glob("*.md"))]
+README = PAGES[0].read_text()
 MARK = re.compile(r"^<!-- example: ([\w-]+)/(\S+) -->\n```[\w-]*\n(.*?)^```\n", re.M | re.S)
 
 
@@ -175,6 +177,21 @@ class TestReadmeExamples:
             (2, 2),
         ]
 
+    def test_describe_history_from_the_project_as_the_readme_says(self, project, spark):
+        # The README's `dbt show` of a table's history: every version, each column whole.
+        [command] = re.findall(r'`(dbt show --inline "describe history [^`]+)`', README)
+        table = f"{project.test_schema}.orders_local_day"
+        args = shlex.split(command.replace("analytics.orders", table))[1:]
+        run_dbt(["seed"])
+        for _ in range(2):  # the second run is fenced, and its commit tagged
+            built(run_dbt(["run", "--select", "orders_local_day"]))
+        [shown] = run_dbt(args).results
+        history = [row.dict() for row in shown.agate_table.rows]
+        versions = [h["version"] for h in history]
+        assert versions == sorted(versions, reverse=True) and versions[-1] == 0
+        newest = json.loads(history[0]["userMetadata"])
+        assert newest["node"] == "model.test.orders_local_day" and newest["step"] == "write"
+
 
 QUICK_START = re.compile(r"^```bash\n(dbt debug.*?)^```\n", re.M | re.S)
 
@@ -187,8 +204,7 @@ def test_the_quick_start_builds_in_a_new_directory(tmp_path, jars_cache):
     for path, text in EXAMPLES["quickstart"].items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    readme = (Path(REPO) / "README.md").read_text()
-    [block] = QUICK_START.findall(readme)
+    [block] = QUICK_START.findall(README)
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
     assert [c.split()[:2] for c in commands] == [
         ["dbt", "debug"],
@@ -211,4 +227,4 @@ def test_the_quick_start_builds_in_a_new_directory(tmp_path, jars_cache):
     assert "All checks passed" in outputs[0] and "Delta's jars: " in outputs[0]
     line = "fenced merge into analytics.orders: read v0 -> committed v1"
     assert line in outputs[3]
-    assert line in readme  # the line the README shows
+    assert line in README  # the line the README shows
