@@ -88,7 +88,8 @@ def check_installed(venv: Path, project: Path) -> list[str]:
     debug = run([str(bin_dir / "dbt"), "debug"], project, env)
     if "All checks passed" not in debug or "adapter type: fenced_spark" not in debug:
         problems.append(f"`dbt debug` did not pass as fenced_spark:\n{debug}")
-    print(f"dbt --version, Plugins:{plugins.rstrip()}")
+    listed = [line for line in plugins.splitlines() if line.lstrip().startswith("- ")]
+    print("dbt --version, Plugins:", *listed, sep="\n")
     return problems
 
 
