@@ -7,11 +7,12 @@ VENV := $(if $(filter 1.11,$(DBT)),.venv,.venv-$(DBT))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# Caches live in the clone (ignored by git) so a re-run downloads nothing.
-export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
-export DBT_FENCED_SPARK_JARS_CACHE := $(CURDIR)/.cache/ivy
+# Caches live in the clone (ignored by git) so a re-run downloads nothing; a cache the user
+# exported wins (?=), so a warm one is used rather than filled again here.
+export PIP_CACHE_DIR ?= $(CURDIR)/.cache/pip
+export DBT_FENCED_SPARK_JARS_CACHE ?= $(CURDIR)/.cache/ivy
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
-export UV_CACHE_DIR := $(CURDIR)/.cache/uv
+export UV_CACHE_DIR ?= $(CURDIR)/.cache/uv
 # uv reads its own settings, not pip's: a mirror or certificate set for pip applies to it too.
 ifdef PIP_INDEX_URL
 export UV_DEFAULT_INDEX ?= $(PIP_INDEX_URL)
@@ -22,7 +23,7 @@ endif
 
 .PHONY: setup demo scorecard bench test unit functional thrift connect cluster conformance \
 	reliability twodrivers scorecard-twodrivers lint format clean leg-session leg-session-slow \
-	leg-thrift leg-next leg-connect
+	leg-thrift leg-next leg-connect wheel-check
 
 setup: $(STAMP)
 
@@ -39,6 +40,26 @@ else
 	  -e '.[thrift,connect]' 'dbt-core~=$(DBT).0' -r requirements-dev.txt
 endif
 	touch $(STAMP)
+
+# The package as users install it: a wheel and an sdist (`python -m build`) that pass `twine
+# check` and hold every file of dbt/, then the wheel alone in a fresh venv (no editable install,
+# no clone on its path): `dbt --version` lists fenced_spark, `dbt debug` passes on the embedded
+# session. Not in `make test`, which is over its time budget.
+WHEEL_CHECK := .cache/wheel-check
+wheel-check: setup
+	rm -rf $(WHEEL_CHECK) && mkdir -p $(WHEEL_CHECK)/project
+	$(PY) -m build --quiet --outdir $(WHEEL_CHECK)/dist .
+	$(VENV)/bin/twine check --strict $(WHEEL_CHECK)/dist/*
+	$(PY) -m tests.wheel_check contents $(WHEEL_CHECK)/dist
+	$(PYTHON) -m venv $(WHEEL_CHECK)/venv
+ifeq ($(DBT),1.11)
+	$(WHEEL_CHECK)/venv/bin/pip install --quiet $(WHEEL_CHECK)/dist/*.whl 'dbt-core~=$(DBT).0'
+else
+	$(WHEEL_CHECK)/venv/bin/pip install --quiet uv
+	$(WHEEL_CHECK)/venv/bin/uv pip install --quiet --python $(WHEEL_CHECK)/venv/bin/python \
+	  --override dbt-1.12-overrides.txt $(WHEEL_CHECK)/dist/*.whl 'dbt-core~=$(DBT).0'
+endif
+	$(PY) -m tests.wheel_check installed $(WHEEL_CHECK)/venv $(WHEEL_CHECK)/project
 
 demo: setup
 	$(PY) integration_projects/lakehouse_orders/race_demo.py

@@ -15,6 +15,9 @@ setup(
     long_description=long_description,
     long_description_content_type="text/markdown",
     packages=find_namespace_packages(include=["dbt", "dbt.*"]),
+    # The packages sit at the root: an editable install (`make setup`) is then a plain .pth of
+    # the clone, without the import-hook finder whose warning pip prints on every install.
+    package_dir={"": "."},
     include_package_data=True,
     package_data={
         "dbt.include.fenced_spark": [

@@ -109,9 +109,13 @@ def reliability_records(tmp_path_factory: pytest.TempPathFactory) -> str:
     return folder
 
 
+# The cache the user exported (`make` passes it on), else the clone's: one download, not two.
+JARS_CACHE = os.environ.get("DBT_FENCED_SPARK_JARS_CACHE", os.path.join(REPO, ".cache", "ivy"))
+
+
 @pytest.fixture(scope="session")
 def jars_cache() -> str:
-    return os.environ.get("DBT_FENCED_SPARK_JARS_CACHE", os.path.join(REPO, ".cache", "ivy"))
+    return JARS_CACHE
 
 
 @pytest.fixture(scope="session")

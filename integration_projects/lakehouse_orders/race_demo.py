@@ -46,6 +46,7 @@ def main() -> int:
     print("\n== The merge race, against both adapters ==")
     rc = scorecard.main(
         ["--races", "merge", "--timings", "between", "during", "--no-write"],
+        say_finished=False,
     )
     print("\n== A watermark read at compile time, and a pre-hook reload, raced ==")
     rc |= scorecard.main(
@@ -57,6 +58,7 @@ def main() -> int:
             "between",
             "--no-write",
         ],
+        say_finished=False,
     )
     print(f"\nDemo finished in {time.monotonic() - started:.0f}s. Every strategy and timing:")
     print("`make scorecard` (docs/scorecard.md).")

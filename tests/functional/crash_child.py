@@ -134,12 +134,12 @@ def main() -> int:
     if mode.startswith("gate:"):
         _, GATE["step"], GATE["file"] = mode.split(":", 2)
     if folder != "-":
-        from tests.conftest import REPO, TEST_CONF
+        from tests.conftest import JARS_CACHE, TEST_CONF
 
         creds = FencedSparkCredentials(
             schema="analytics",
             folder=folder,
-            jars_cache=f"{REPO}/.cache/ivy",
+            jars_cache=JARS_CACHE,
             server_side_parameters=TEST_CONF,
         )
         spark = session.root_session(creds)

@@ -7,6 +7,7 @@ new user would: its own files, in a new directory, by the `dbt` command."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.conftest import REPO
 from tests.functional.lakehouse import rows
 
 PAGES = [Path(REPO) / "README.md", *sorted((Path(REPO) / "docs").glob("*.md"))]
+README = PAGES[0].read_text()
 MARK = re.compile(r"^<!-- example: ([\w-]+)/(\S+) -->\n```[\w-]*\n(.*?)^```\n", re.M | re.S)
 
 
@@ -176,6 +178,34 @@ class TestReadmeExamples:
         ]
 
 
+class TestDescribeHistoryFromTheProject:
+    """The README's `dbt show` of a table's history (every version, each column whole), on the
+    quick start's model; on any profile (`--profile thrift` runs it over a server)."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"raw_orders.csv": RAW_ORDERS}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return files("quickstart", "models")
+
+    def test_describe_history_as_the_readme_says(self, project, spark):
+        [command] = re.findall(r'`(dbt show --inline "describe history [^`]+)`', README)
+        args = shlex.split(command.replace("analytics.orders", f"{project.test_schema}.orders"))
+        run_dbt(["seed"])
+        built(run_dbt(["run"]))
+        spark.sql(
+            f"insert into {project.test_schema}.raw_orders "
+            "values (3, 'open', 75, timestamp'2026-01-02 10:00:00')"
+        )
+        built(run_dbt(["run"]))  # fenced: its commit carries the tag
+        [shown] = run_dbt(args[1:]).results
+        history = [row.dict() for row in shown.agate_table.rows]
+        assert [h["version"] for h in history] == [1, 0]
+        assert json.loads(history[0]["userMetadata"])["node"] == "model.test.orders"
+
+
 QUICK_START = re.compile(r"^```bash\n(dbt debug.*?)^```\n", re.M | re.S)
 
 
@@ -187,8 +217,7 @@ def test_the_quick_start_builds_in_a_new_directory(tmp_path, jars_cache):
     for path, text in EXAMPLES["quickstart"].items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
-    readme = (Path(REPO) / "README.md").read_text()
-    [block] = QUICK_START.findall(readme)
+    [block] = QUICK_START.findall(README)
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
     assert [c.split()[:2] for c in commands] == [
         ["dbt", "debug"],
@@ -211,4 +240,4 @@ def test_the_quick_start_builds_in_a_new_directory(tmp_path, jars_cache):
     assert "All checks passed" in outputs[0] and "Delta's jars: " in outputs[0]
     line = "fenced merge into analytics.orders: read v0 -> committed v1"
     assert line in outputs[3]
-    assert line in readme  # the line the README shows
+    assert line in README  # the line the README shows

@@ -3,6 +3,7 @@ exactly as the foreign commit left it, checked from its contents, never assumed.
 
 import importlib.util
 import os
+from datetime import date, datetime
 
 import pytest
 
@@ -68,3 +69,16 @@ def test_the_projects_tests_judge_the_table_after_the_re_run(scorecard):
     refused.reran, refused.tests_failed = "error", []
     verdict = scorecard.judge("between", refused)
     assert verdict.bad and verdict.text.endswith("its re-run: error")
+
+
+def test_the_output_reads_as_sql_rows_and_says_what_vb_is(scorecard):
+    # What `make demo` prints: rows as a reader writes them, not Python's datetime reprs, and
+    # vB explained on the first line that uses it (the "between" race comes first).
+    stock = outcome(scorecard, "success", "", [(4, "shipped", datetime(2026, 1, 2, 8, 0), None)])
+    fenced = outcome(scorecard, "error", REFUSED, [(1, "late", date(2026, 1, 2), 2)])
+    assert scorecard.table_difference(stock, fenced) == (
+        "only in stock: (4, 'shipped', 2026-01-02 08:00:00, null); "
+        "only in fenced: (1, 'late', 2026-01-02, 2)"
+    )
+    assert "(vB, the version" in scorecard.TIMINGS["between"]
+    assert "vB" not in scorecard.TIMINGS["before"]

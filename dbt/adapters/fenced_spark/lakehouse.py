@@ -33,6 +33,8 @@ DRIVERS = {
 SAFE_SCHEMES = frozenset({"hdfs", "abfs", "abfss", "wasb", "wasbs", "adl", "gs"})
 S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 S3_LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
+# Where messages send the reader: an installed package has no docs/ folder of its own.
+CLUSTER_DOC = "docs/cluster.md in the dbt-fenced-spark repository"
 # The metastore's connection settings: passed to the JVM in memory, never on its command line.
 SECRET_PREFIX = "spark.hadoop.javax.jdo.option."
 
@@ -230,7 +232,7 @@ def check_warehouse(warehouse: str, spark_conf: dict[str, str]) -> None:
     logger.warning(
         f"The warehouse {warehouse} {why}, and the metastore is shared: two processes committing "
         f"to one table could both be told they succeeded while one commit is lost, fence or no "
-        f"fence. Run one process at a time, or {fix} (docs/cluster.md, Separate drivers)."
+        f"fence. Run one process at a time, or {fix} ({CLUSTER_DOC}, section Separate drivers)."
     )
 
 
@@ -296,5 +298,5 @@ def _in_use(folder: str, holder: str, waited: int) -> str:
         "  - wait for that process to end (profile key `folder_wait: <seconds>` waits for it);\n"
         "  - give this run its own `folder:` (a separate lakehouse); or\n"
         "  - share one metastore and warehouse between processes (profile keys `metastore:` and "
-        "`warehouse:`, docs/cluster.md)."
+        f"`warehouse:`; {CLUSTER_DOC})."
     )
