@@ -90,7 +90,8 @@ def normalise(text: str, schema: str, paths: dict[str, str]) -> str:
     # A foreign commit's userName: none on the session ("an unnamed writer"), the client's
     # user over thrift. Our own commits say "dbt-fenced-spark <node>".
     text = re.sub(r" by (?!dbt-fenced-spark )(.+?) via ", " by <user> via ", text)
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+    # Spark's words may end in a line of spaces (a plan's last): no trailing blank line.
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).rstrip("\n")
 
 
 COVERED: set[str] = set()
@@ -247,6 +248,18 @@ class TestErrorsCatalogue:
                 "select id, timestamp'2026-01-01 00:00:00' as ts from range(1, 3)",
             ),
             "was_parquet.sql": model("incremental_strategy='merge', unique_key='id'"),
+            # A header that opens the query (no `;`) before a query with a WITH of its own.
+            "header_with.sql": model(
+                "incremental_strategy='merge', unique_key='id'",
+                "{% call set_sql_header(config) %}with extra as (select 1 as n){% endcall %}"
+                "with base as (select id from range(1, 3)) select id, 'v' as v from base",
+            ),
+            # A header statement that Spark refuses: a table that is not there.
+            "header_fails.sql": model(
+                "incremental_strategy='merge', unique_key='id'",
+                "{% call set_sql_header(config) %}cache table no_such_table;{% endcall %}"
+                "select id, 'v' as v from range(1, 3)",
+            ),
             "key_not_selected.sql": model("incremental_strategy='merge', unique_key=['id', 'ID2']"),
             "key_not_selected_raced.sql": model(
                 "incremental_strategy='merge', unique_key=['id', 'ID2'], fence_retries=2"
@@ -335,6 +348,18 @@ class TestErrorsCatalogue:
         results = run_dbt(["run", "--select", "was_parquet"], expect_pass=False)
         catalogue("E113", message_of(results))
         assert rows(spark, f"select * from {table}") == [(1, "x")]
+
+    @produces("E120")
+    def test_header_with_before_a_query_with(self, project, spark, catalogue):
+        results = run_dbt(["run", "--select", "header_with"], expect_pass=False)
+        catalogue("E120", message_of(results))
+        assert not table_exists(spark, f"{project.test_schema}.header_with")
+
+    @produces("E121")
+    def test_a_header_statement_fails(self, project, spark, catalogue):
+        results = run_dbt(["run", "--select", "header_fails"], expect_pass=False)
+        catalogue("E121", message_of(results))
+        assert not table_exists(spark, f"{project.test_schema}.header_fails")
 
     @produces("E114")
     def test_unique_key_not_selected(self, project, spark, catalogue):
