@@ -104,9 +104,11 @@ class TestTwoDbtRunsAtOnce(ThriftRaceBase):
         # Both runs read vB: the winner's MERGE read it, and the loser was refused on it.
         assert merges[0].read_version == vb
         loser_output = self.output(project, loser)
-        assert "refused" in loser_output and f"version {vb}" in loser_output
-        # Nothing of the loser's remains: either never written, or written and reverted.
+        # Both outputs in full: a failure here is a race to read from them.
+        outputs = {n: self.output(project, n) for n in runs}
+        assert "refused" in loser_output and f"version {vb}" in loser_output, outputs
         kept = [e for e in after if e.operation != "RESTORE"]
+        # Nothing of the loser's remains: either never written, or written and reverted.
         if any(e.operation == "RESTORE" for e in after):
             assert "reverted" in loser_output
             assert history(spark, table)[-1].operation == "RESTORE"
