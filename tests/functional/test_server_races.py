@@ -95,17 +95,17 @@ class TestTwoDbtRunsAtOnce(ThriftRaceBase):
         batches = {"a": "(1, 'shipped'), (3, 'open')", "b": "(1, 'returned'), (4, 'open')"}
         runs = {name: self.dbt_run(project, name, batch) for name, batch in batches.items()}
         codes = {name: run.wait(timeout=600) for name, run in runs.items()}
+        # Both outputs in full in a failure's message: a race to read from them.
+        outputs = {n: self.output(project, n) for n in runs}
 
-        assert sorted(codes.values()) == [0, 1], {n: self.output(project, n) for n in runs}
+        assert sorted(codes.values()) == [0, 1], outputs
         winner = next(name for name, code in codes.items() if code == 0)
         loser = next(name for name, code in codes.items() if code != 0)
         after = [e for e in history(spark, table) if e.version > vb]
         merges = ours(after)
         # Both runs read vB: the winner's MERGE read it, and the loser was refused on it.
         assert merges[0].read_version == vb
-        loser_output = self.output(project, loser)
-        # Both outputs in full: a failure here is a race to read from them.
-        outputs = {n: self.output(project, n) for n in runs}
+        loser_output = outputs[loser]
         assert "refused" in loser_output and f"version {vb}" in loser_output, outputs
         kept = [e for e in after if e.operation != "RESTORE"]
         # Nothing of the loser's remains: either never written, or written and reverted.
