@@ -110,11 +110,11 @@ class TestTwoDbtRunsAtOnce(ThriftRaceBase):
         kept = [e for e in after if e.operation != "RESTORE"]
         # Nothing of the loser's remains: either never written, or written and reverted.
         if any(e.operation == "RESTORE" for e in after):
-            assert "reverted" in loser_output
+            assert "reverted" in loser_output, outputs
             assert history(spark, table)[-1].operation == "RESTORE"
         else:
-            assert "never written" in loser_output
-            assert [e.operation for e in kept] == ["MERGE"]
+            assert "never written" in loser_output, outputs
+            assert [e.operation for e in kept] == ["MERGE"], outputs
         winner_id = 3 if winner == "a" else 4
         winner_status = "shipped" if winner == "a" else "returned"
         assert rows(spark, f"select id, status from {table} order by id") == [
