@@ -37,6 +37,9 @@ from bench.pairs import (
 from bench.partitions import Partitions
 from bench.sizing import DEFAULTS as SPARK_DEFAULTS
 from bench.sizing import Sizing
+from bench.start import Start
+from bench.start import section as start_section
+from bench.start import target_row as start_target
 
 TARGET_RATIO = 1.05  # fenced/stock, merge at 2M rows
 LONG_POLL_S = 5  # the Spark Thrift Server's hive.server2.long.polling.timeout, by default
@@ -57,6 +60,7 @@ class Results:
     build: list[Build] = field(default_factory=list)
     sizing: list[Sizing] = field(default_factory=list)
     nodes: list[Nodes] = field(default_factory=list)
+    start: list[Start] = field(default_factory=list)
     # Parts measured by another run than the header's (`--only`): part -> "`command` on date".
     measured_apart: dict[str, str] = field(default_factory=dict)
     # The measuring machine's, not the one that redraws the docs.
@@ -99,6 +103,7 @@ class Results:
                 )
                 for n in data.get("nodes", [])
             ],
+            start=[Start(**s) for s in data.get("start", [])],
             measured_apart=data.get("measured_apart", {}),
             kept=data.get("kept", {}),
         )
@@ -126,6 +131,7 @@ PART_NUMBERS = {
     "build": 6,
     "sizing": 7,
     "nodes": 8,
+    "start": 9,
 }
 # The part a row of the targets table belongs to, by how `_targets` begins it.
 TARGET_PARTS = (
@@ -138,6 +144,7 @@ TARGET_PARTS = (
     ("| partitions:", "partitions"),
     ("| small project's", "build"),
     ("| the session's sizing", "sizing"),
+    ("| time to the first node", "start"),
 )
 # The part a bullet of "Where the fence's cost comes from" belongs to (`_where`).
 WHERE_PARTS = (
@@ -309,6 +316,8 @@ def _targets(r: Results) -> list[str]:
             f" Spark's defaults | sized/defaults {mid:.3f} (95% interval {low:.3f}–{high:.3f})"
             f" | {_yes(high <= 1.0 or mid <= 1.0)} |"
         )
+    if (row := start_target(r.start)) is not None:
+        out.append(row)
     if r.contention:
         fenced_all = [c for c in r.contention if c.mode == "fenced"]
         stock_all = [c for c in r.contention if c.mode == "stock"]
@@ -1263,6 +1272,7 @@ def markdown(r: Results) -> str:
         ("build", _build),
         ("sizing", _sizing),
         ("nodes", _nodes),
+        ("start", lambda r: start_section(r.start)),
     ):
         if getattr(r, name):
             heading, *body = render(r)
@@ -1275,6 +1285,8 @@ def markdown(r: Results) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+# The parts docs/benchmarks.png draws, one panel each.
+PICTURED = ("pairs", "history", "jobs", "contention")
 METHOD_COLOURS = {"session": "#4a7fb5", "thrift": "#5cb85c", "connect": "#f0ad4e"}
 
 

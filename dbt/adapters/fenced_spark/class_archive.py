@@ -125,7 +125,8 @@ def java_options(jars_cache: str, delta_package: str, conf: Mapping[str, str] | 
     final = os.path.join(folder, f"{key}.jsa")
     try:
         if _publish(folder, key, final):
-            return ""  # another JVM is writing one now
+            logger.debug(f"No class archive for this start: another JVM is writing {key} now")
+            return ""
         if os.path.isfile(final):
             return f"-XX:SharedArchiveFile={final}"
         os.makedirs(folder, exist_ok=True)
@@ -133,6 +134,7 @@ def java_options(jars_cache: str, delta_package: str, conf: Mapping[str, str] | 
         logger.debug(f"No class archive in {folder}: {exc}")
         return ""
     part = os.path.join(folder, f"{key}.{uuid.uuid4().hex[:8]}.part")
+    logger.debug(f"No class archive {final} yet: this JVM writes one when it exits")
     # Its warnings (classes it cannot archive) would fill spark.log.
     return f"-XX:ArchiveClassesAtExit={part} -Xlog:cds=off"
 

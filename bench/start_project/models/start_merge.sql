@@ -1,0 +1,3 @@
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          file_format='delta') }}
+select 1 as id, 'first' as status
