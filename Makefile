@@ -129,8 +129,9 @@ leg-session: setup
 # dbt's conformance classes that dbt-spark's own suite runs and ours lacked until #66 (dbt show,
 # --empty, persist_docs, clone, on_schema_change's variants, grants: 5.5 minutes together on the
 # session) are in `make conformance`; CI runs dbt show's (about 20 s), which caught #66, while
-# `make test` is over its 40 minutes.
-CI_CONFORMANCE_TESTS := tests/conformance/test_show.py
+# `make test` is over its 40 minutes; and the catalog's Delta stats (about 30 s).
+CI_CONFORMANCE_TESTS := tests/conformance/test_show.py \
+	tests/conformance/test_docs.py::TestDocsGenerate
 
 leg-session-slow: setup
 	$(call pytest,$(SLOW_SESSION_TESTS) $(CI_CONFORMANCE_TESTS) -q -ra --durations=10)

@@ -45,3 +45,15 @@ def test_describe_columns_are_numbered_from_one():
         (2, "code", "varchar(3)"),
         (3, "tags", "array<string>"),
     ]
+
+
+def test_a_delta_tables_stats_come_from_describe_detail():
+    from dbt.adapters.fenced_spark import catalog
+
+    stats = catalog.detail_stats({"sizeInBytes": 2048, "numFiles": 3, "format": "delta"})
+    assert stats["stats:bytes:value"] == 2048 and stats["stats:files:value"] == 3
+    assert stats["stats:bytes:include"] is True and stats["stats:files:label"] == "Files"
+    assert catalog.detail_stats({"sizeInBytes": None}) == {}
+    # dbt-spark's own (a table after ANALYZE) are kept, and no DESCRIBE DETAIL is sent for them.
+    assert catalog.has_stats({"column_name": "id", "stats:bytes:value": 1})
+    assert not catalog.has_stats({"column_name": "id"})

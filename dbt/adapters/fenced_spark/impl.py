@@ -17,7 +17,15 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 from dbt_common.invocation import get_invocation_id
 
-from dbt.adapters.fenced_spark import connect, python_model, row_counts, session, sql_header, thrift
+from dbt.adapters.fenced_spark import (
+    catalog,
+    connect,
+    python_model,
+    row_counts,
+    session,
+    sql_header,
+    thrift,
+)
 from dbt.adapters.fenced_spark.config_keys import FencedSparkConfig
 from dbt.adapters.fenced_spark.connections import (
     BackoffPyhiveConnectionWrapper,
@@ -545,6 +553,26 @@ class FencedSparkAdapter(SparkAdapter):
         # as the schema tree of SHOW TABLE EXTENDED does (`long`, `string`, `array`): with none
         # here, dbt-spark's catalog asks DESCRIBE, as it already does for every Delta table.
         return []
+
+    def _get_columns_for_catalog(self, relation: Any) -> Iterator[dict[str, Any]]:
+        # A Delta table's size is in its log, not DESCRIBE EXTENDED's Statistics: `dbt docs`
+        # showed none (catalog.py). One DESCRIBE DETAIL per Delta table that has none.
+        columns = list(super()._get_columns_for_catalog(relation))
+        if columns and getattr(relation, "is_delta", False) and not catalog.has_stats(columns[0]):
+            stats = self._detail_stats(relation)
+            for column in columns:
+                column.update(stats)
+        yield from columns
+
+    def _detail_stats(self, relation: FencedSparkRelation) -> dict[str, Any]:
+        try:
+            _, table = self.execute(f"describe detail {relation.fence_name}", fetch=True)
+        except DbtRuntimeError as exc:
+            logger.debug(f"No DESCRIBE DETAIL for the catalog's {relation}: {exc}")
+            return {}
+        if not table.rows:
+            return {}
+        return catalog.detail_stats(dict(zip(table.column_names, table.rows[0], strict=True)))
 
     def debug_query(self) -> None:
         # `dbt debug` is where users check what they run on: report Spark's and Delta's versions.

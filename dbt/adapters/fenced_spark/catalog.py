@@ -1,0 +1,31 @@
+"""`dbt docs generate`'s table stats for a Delta table. dbt-spark reads them from the
+`Statistics` row of DESCRIBE EXTENDED, which a Delta table has only after ANALYZE: Delta keeps
+its size in its log, and DESCRIBE DETAIL reports it (`sizeInBytes`, `numFiles`)."""
+
+from collections.abc import Mapping
+from typing import Any
+
+# DESCRIBE DETAIL's column -> (the stat's key in the catalog, its label, its description).
+DETAIL_STATS = {
+    "sizeInBytes": ("bytes", "Size", "The table's data files in bytes (Delta's DESCRIBE DETAIL)"),
+    "numFiles": ("files", "Files", "The table's data files (Delta's DESCRIBE DETAIL)"),
+}
+
+
+def has_stats(column: Mapping[str, Any]) -> bool:
+    return any(key.startswith("stats:") and key != "stats:has_stats:value" for key in column)
+
+
+def detail_stats(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The catalog's `stats:<key>:...` entries, as dbt-spark's SparkColumn.convert_table_stats
+    makes them, from one DESCRIBE DETAIL row (column -> value)."""
+    stats: dict[str, Any] = {}
+    for column, (key, label, description) in DETAIL_STATS.items():
+        value = detail.get(column)
+        if value is None:
+            continue
+        stats[f"stats:{key}:label"] = label
+        stats[f"stats:{key}:value"] = int(value)
+        stats[f"stats:{key}:description"] = description
+        stats[f"stats:{key}:include"] = True
+    return stats
