@@ -1016,13 +1016,13 @@ def _build(r: Results) -> list[str]:
         "`bench/build_project`: 3 seeds of 100 rows, 3 views, 2 tables and 20 data tests (28 "
         "nodes, 2 threads), each `dbt build` in its own process on a fresh folder (a new JVM, "
         "empty warehouse and metastore; Delta's jars, and for fenced_spark the JVM's class archive "
-        "(README, *Session defaults*), already cached), the three targets in "
+        "(docs/connections.md, *Session defaults*), already cached), the three targets in "
         "rotating order per round (`bench/build.py`). *spark_defaults* is fenced_spark's "
         "session with `spark.sql.shuffle.partitions` 200, "
         "`spark.databricks.delta.snapshotPartitions` 50, "
         "`spark.sql.sources.parallelPartitionDiscovery.parallelism` 10000 and Ivy resolving the "
-        "package at start: the session before it sized itself (README, *Session defaults*); it "
-        "maps the class archive as the default session does.",
+        "package at start: the session before it sized itself (docs/connections.md, *Session "
+        "defaults*); it maps the class archive as the default session does.",
         "",
         "| target | builds ok | median s | ratio to stock (median, 95% interval) |",
         "|---|---|---|---|",

@@ -148,19 +148,19 @@ class SharedLakehouse:
         return target
 
     def readme_target(self) -> dict[str, Any]:
-        """The README's shared-lakehouse profile (`<!-- example: shared/profiles.yml -->`), its
-        placeholder NameNode and Derby server pointed at this lakehouse: the drivers run the
-        profile users copy."""
-        with open(os.path.join(REPO, "README.md")) as readme:
+        """docs/connections.md's shared-lakehouse profile (`<!-- example: shared/profiles.yml
+        -->`), its placeholder NameNode and Derby server pointed at this lakehouse: the drivers
+        run the profile users copy."""
+        with open(os.path.join(REPO, "docs", "connections.md")) as readme:
             found = re.search(
                 r"^<!-- example: shared/profiles.yml -->\n```yaml\n(.*?)^```",
                 readme.read(),
                 re.M | re.S,
             )
-        assert found, "README.md lost its shared/profiles.yml example"
+        assert found, "docs/connections.md lost its shared/profiles.yml example"
         text = found.group(1)
         for placeholder in ("hdfs://namenode:8020", "jdbc:derby://metastore-host:1527/"):
-            assert placeholder in text, f"README's shared profile no longer has {placeholder}"
+            assert placeholder in text, f"docs/connections.md's profile lost {placeholder}"
         text = text.replace("hdfs://namenode:8020", self.hdfs_url).replace(
             "jdbc:derby://metastore-host:1527/", f"jdbc:derby://127.0.0.1:{self.derby_port}/"
         )

@@ -1,6 +1,6 @@
-"""The README's shared-lakehouse profile against a real HDFS and Derby's network server: `dbt
-debug` shows where the tables and the catalog are, the metastore's credentials stay off the
-driver's command line, and an unreachable metastore is named with its cause."""
+"""docs/connections.md's shared-lakehouse profile against a real HDFS and Derby's network
+server: `dbt debug` shows where the tables and the catalog are, the metastore's credentials stay
+off the driver's command line, and an unreachable metastore is named with its cause."""
 
 import os
 import subprocess

@@ -462,7 +462,8 @@ class FencedSparkConnectionManager(SparkConnectionManager):
         except DbtRuntimeError as exc:
             logger.warning(
                 f"fenced_spark: the run's hook statement could not be replayed into this "
-                f"model's session (README, Run-level settings); the model runs without it: "
+                f"model's session (docs/connections.md, Run-level settings); the model runs "
+                f"without it: "
                 f"{sql.strip()}\n{exc.msg}"
             )
         finally:

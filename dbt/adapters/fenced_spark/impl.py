@@ -1212,7 +1212,7 @@ class FencedSparkAdapter(SparkAdapter):
         tolerated = f" over {'; '.join(over)}" if over else ""
         steps = result.step_names()
         # The node's own step commits sit between vB and the write: named, so that no
-        # version in the history is unaccounted for (README, What you can inspect).
+        # version in the history is unaccounted for (docs/inspect.md).
         read = f"read v{result.read_version}" + "".join(f" -> {s}" for s in steps)
         if result.outcome == Outcome.COMMITTED:
             outcome = f"{',' if steps else ' ->'} committed v{result.commit_version}"

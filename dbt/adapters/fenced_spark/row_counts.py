@@ -36,7 +36,7 @@ class RowCounts:
         return sum(n for n in (self.inserted, self.updated, self.deleted) if n is not None)
 
     def fields(self) -> dict[str, Any]:
-        """The adapter_response's keys: an unknown count is left out (README)."""
+        """The adapter_response's keys: an unknown count is left out (docs/inspect.md)."""
         counts = (self.affected, self.inserted, self.updated, self.deleted)
         return {k: v for k, v in zip(COUNT_KEYS, counts, strict=True) if v is not None}
 

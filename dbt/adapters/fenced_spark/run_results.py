@@ -4,7 +4,7 @@ dbt records `{}` for a node that raised (a refusal, or a post-hook failing after
 and for every microbatch model, yet the fence's outcome and versions are what an orchestrator
 reading run_results.json needs most. The adapter keeps each fenced write's response and fills
 in the empty ones once dbt has written the file: dbt cleans up the adapter's connections again
-after writing it (README, What you can inspect).
+after writing it (docs/inspect.md).
 """
 
 import json

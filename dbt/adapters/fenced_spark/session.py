@@ -50,7 +50,8 @@ def sized_conf(cores: int) -> dict[str, str]:
     """Spark's and Delta's defaults are sized for a cluster: 200 shuffle partitions, 50 tasks per
     Delta snapshot. On one machine every task is scheduling overhead, and each new table version
     rebuilds its snapshot (a 100-row table: 5.4 s at 50 partitions, 1.0 s at 1, on 2 cores).
-    None changes a deterministic result (README, Session defaults; docs/benchmarks.md part 6)."""
+    None changes a deterministic result (docs/connections.md, Session defaults; docs/benchmarks.md
+    part 6)."""
     return {
         "spark.sql.shuffle.partitions": str(max(2, cores)),
         "spark.databricks.delta.snapshotPartitions": str(max(1, cores // 2)),

@@ -84,7 +84,7 @@ class Outcome(StrEnum):
     REVERTED = "written_and_reverted"
     NOT_REVERTED = "written_not_reverted"
     ALREADY_APPLIED = "batch_already_applied"  # fence_batch_id: written by an earlier run
-    # A failed node's, in run_results.json only (README, What you can inspect).
+    # A failed node's, in run_results.json only (docs/inspect.md).
     UNVERIFIED = "unverified"
     COMMITTED_THEN_FAILED = "committed_then_failed"
     EARLIER_RUN_UNRESOLVED = "earlier_run_unresolved"
