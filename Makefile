@@ -127,11 +127,14 @@ leg-session: setup
 	  $(addprefix --ignore=,$(SLOW_SESSION_TESTS)))
 
 # dbt's conformance classes that dbt-spark's own suite runs and ours lacked until #66 (dbt show,
-# --empty, persist_docs, clone, on_schema_change's variants, grants: 5.5 minutes together on the
-# session) are in `make conformance`; CI runs dbt show's (about 20 s), which caught #66, while
-# `make test` is over its 40 minutes; and the catalog's Delta stats (about 30 s).
-CI_CONFORMANCE_TESTS := tests/conformance/test_show.py \
-	tests/conformance/test_docs.py::TestDocsGenerate
+# --empty, current timestamps, persist_docs, clone, on_schema_change's variants, grants: about
+# 5.5 minutes together on the session), and the catalog's Delta stats (about 30 s). In the
+# second lane, which is shorter than the first; `make conformance` runs every class on every
+# profile.
+CI_CONFORMANCE_TESTS := tests/conformance/test_show.py tests/conformance/test_empty.py \
+	tests/conformance/test_timestamps.py tests/conformance/test_persist_docs.py \
+	tests/conformance/test_clone.py tests/conformance/test_on_schema_change.py \
+	tests/conformance/test_grants.py tests/conformance/test_docs.py::TestDocsGenerate
 
 leg-session-slow: setup
 	$(call pytest,$(SLOW_SESSION_TESTS) $(CI_CONFORMANCE_TESTS) -q -ra --durations=10)
