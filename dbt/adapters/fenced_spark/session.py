@@ -244,6 +244,11 @@ def _open(creds: "FencedSparkCredentials", launch: dict[str, str], log_path: str
     log_query_errors_to(log_path)
     if not lakehouse.is_embedded(launch, creds.folder or ""):
         _reach_metastore(session, launch)
+    else:
+        # Its first use boots Derby and, in a new folder, creates the metastore's schema
+        # (seconds): here it is part of the start the user is told about, and overlaps dbt's
+        # parse, instead of a silence before the first node.
+        session.sql("SHOW DATABASES").collect()
     return session
 
 
