@@ -120,7 +120,9 @@ test: setup lint
 SLOW_SESSION_TESTS := tests/functional/test_crash.py tests/functional/test_docs_examples.py \
 	tests/functional/test_contention.py tests/functional/test_as_written.py \
 	tests/functional/test_session_variables.py tests/functional/test_hostile_names.py \
-	tests/functional/test_insert_strategy.py tests/functional/test_start.py
+	tests/functional/test_insert_strategy.py tests/functional/test_start.py \
+	tests/functional/test_unconfirmed_tolerance.py tests/functional/test_claims_and_definitions.py \
+	tests/functional/test_serial_not_reverted.py tests/functional/test_auto_compacted_contention.py
 
 leg-session: setup
 	$(call pytest,tests/functional tests/unit -q -ra --durations=15 \

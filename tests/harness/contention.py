@@ -109,10 +109,14 @@ def tally(sql: Rows, schema: str, runs: dict[str, int]) -> Tally:
         location = str(sql(f"describe detail {name}")[0]["location"])
         history = sorted(sql(f"describe history {name}"), key=lambda h: int(h["version"]))
         result.operations += [str(h["operation"]) for h in history]
+        # Delta's auto compaction after a write carries that write's tag but no SetTransaction:
+        # not a fenced write of its own.
         fenced = [
             int(h["version"])
             for h in history
-            if h["userMetadata"] and '"step":"write"' in str(h["userMetadata"])
+            if h["userMetadata"]
+            and '"step":"write"' in str(h["userMetadata"])
+            and str(h["operation"]) != "OPTIMIZE"
         ]
         result.sequences[table] = [_fence_txn(sql, location, v) for v in fenced]
     return result
@@ -124,7 +128,8 @@ def attempts(sql: Rows, schema: str) -> list[int]:
     for table in ("counter", "batches"):
         for h in sql(f"describe history {schema}.{table}"):
             tag = json.loads(h["userMetadata"]) if h["userMetadata"] else None
-            if isinstance(tag, dict) and tag.get("step") == "write":
+            compaction = str(h["operation"]) == "OPTIMIZE"  # auto compaction: the write's tag
+            if isinstance(tag, dict) and tag.get("step") == "write" and not compaction:
                 found.append(int(tag["attempt"]))
     return found
 

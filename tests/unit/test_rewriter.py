@@ -68,6 +68,12 @@ def test_reads_are_pinned(sql, expected):
         "with orders as (select 1 as id) select * from orders",
         "select * from analytics.orders VERSION AS OF 3",  # explicit time travel kept
         "select * from analytics.orders TIMESTAMP AS OF '2026-01-01'",
+        # Spark's other spellings of the temporal clause (sqlglot reads SYSTEM_VERSION as an
+        # alias: pinned, the query no longer parsed).
+        "select * from analytics.orders system_version as of 0",
+        "select * from analytics.orders FOR SYSTEM_VERSION AS OF 0 o",
+        "select * from analytics.orders system_time  as of '2026-01-01'",
+        "select * from analytics.orders for system_time as of '2026-01-01'",
         "select * from other_catalog.analytics.orders",
         "select 1 as id",  # does not read itself
     ],

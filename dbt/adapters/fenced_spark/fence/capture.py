@@ -145,15 +145,20 @@ def _scoped_conflict(
         return f"it read v{commit.read_version}, before the version it was checked against"
     if commit.version == tag.expected_version + 1:
         return None  # nothing in between: no read of the log
+    scope = scope_from_json(tag.scope)
+    # A merge's pre-check judged its keys on a prediction (the model SQL evaluated then), which
+    # its verification confirms on the rows written (verify._as_written): a run that died or
+    # could not revert left what it tolerated unconfirmed, so that is judged again too.
+    provisional = bool(scope.keys)
     gap = [
         c
         for c in _below(fence, state, tag, commit)
-        if c.version not in tag.tolerated and not (c.tag is not None and tag.same_run(c.tag))
+        if (provisional or c.version not in tag.tolerated)
+        and not (c.tag is not None and tag.same_run(c.tag))
     ]
     if not gap:
         return None
     check = fence.conflict_check(replace(state, strategy=tag.strategy))
-    scope = scope_from_json(tag.scope)
     try:
         if scope.keys:  # the keys it wrote: the rows its commit changed, as verification does
             written = check.changed_rows(commit.version)

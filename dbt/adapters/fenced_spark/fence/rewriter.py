@@ -84,6 +84,8 @@ def pin_self_reads(
     except SqlglotError:
         refs = _reference_ends_tokenized(sql, target)
     for ref in sorted(set(refs), key=lambda r: r.end, reverse=True):
+        if _TIME_TRAVEL.match(sql, ref.end):
+            continue  # the user time-travels on purpose, in a form the parser took for a name
         # `` `s`.`t`o `` is `s`.`t` aliased `o`; Spark would lex `7o` as one name.
         gap = " " if _WORD_START.match(sql, ref.end) else ""
         head = sql[: ref.end]
@@ -167,6 +169,11 @@ def cte_names(statement: exp.Expr) -> set[str]:
 
 
 _BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Spark's temporal clause, every spelling it takes (sqlglot parses `SYSTEM_VERSION AS OF`
+# without FOR as an alias): `[FOR] {SYSTEM_VERSION | VERSION | SYSTEM_TIME | TIMESTAMP} AS OF`.
+_TIME_TRAVEL = re.compile(
+    r"\s*(?:FOR\s+)?(?:SYSTEM_VERSION|VERSION|SYSTEM_TIME|TIMESTAMP)\s+AS\s+OF\b", re.I
+)
 _WORD_START = re.compile(r"[\w`]")
 
 
