@@ -27,15 +27,24 @@ def the_next_run_refuses(spark, table: str, vb: int) -> None:
     assert rows(spark, f"select v from {table} where id = 5") == [("shipped",)]
 
 
-class TestADeadRunsProvisionalToleranceIsJudgedAgain(MovingSource):
+class HeadlineRace(MovingSource):
+    """Issue 60's headline race, without MovingSource's own tests: a notebook cancels order 5
+    right after vB, and order 5 arrives in the source after the pre-check."""
+
     test_the_source_moving_after_the_precheck_is_refused_and_reverted = None  # type: ignore
     test_both_commits_before_the_precheck_are_refused_there = None  # type: ignore
     test_a_commit_the_rows_written_confirm_stands = None  # type: ignore
 
-    def test_the_next_run_refuses_to_build_on_it(self, project, spark, monkeypatch):
+    def headline_race(self, project, spark, monkeypatch):
         src, table, vb = self.setup_tables(project, spark)
         at = ForeignAt(monkeypatch, spark, "vb", f"update {table} set v = 'cancelled' where id = 5")
         moved = self.source_moves_after_the_precheck(monkeypatch, spark, src)
+        return table, vb, at, moved
+
+
+class TestADeadRunsProvisionalToleranceIsJudgedAgain(HeadlineRace):
+    def test_the_next_run_refuses_to_build_on_it(self, project, spark, monkeypatch):
+        table, vb, at, moved = self.headline_race(project, spark, monkeypatch)
 
         def lost(fence, *args, **kwargs):
             raise DbtRuntimeError("simulated: the server went away after the write")
@@ -57,22 +66,16 @@ class TestADeadRunsProvisionalToleranceIsJudgedAgain(MovingSource):
         the_next_run_refuses(spark, table, vb)
 
 
-class TestANotRevertedWriteOverAProvisionalToleranceBlocksTheNextRun(MovingSource):
+class TestANotRevertedWriteOverAProvisionalToleranceBlocksTheNextRun(HeadlineRace):
     """The same race without a crash: verification re-judges the tolerance on the rows written
     and refuses, but another writer's commit (a blind insert into partition b) landed on top
     of ours first, so the revert cannot run: "NOT reverted". docs/limits.md: "the node's next
     run then refuses to build on its write, which still stands (E213)"."""
 
-    test_the_source_moving_after_the_precheck_is_refused_and_reverted = None  # type: ignore
-    test_both_commits_before_the_precheck_are_refused_there = None  # type: ignore
-    test_a_commit_the_rows_written_confirm_stands = None  # type: ignore
-
     def test_the_next_run_refuses_to_build_on_it(self, project, spark, monkeypatch):
         from tests.functional.lakehouse import ForeignWriter
 
-        src, table, vb = self.setup_tables(project, spark)
-        at = ForeignAt(monkeypatch, spark, "vb", f"update {table} set v = 'cancelled' where id = 5")
-        moved = self.source_moves_after_the_precheck(monkeypatch, spark, src)
+        table, vb, at, moved = self.headline_race(project, spark, monkeypatch)
         original, landed = Fence.verify, []
 
         def verify(fence, *args, **kwargs):
