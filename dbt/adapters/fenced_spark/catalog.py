@@ -13,7 +13,8 @@ DETAIL_STATS = {
 
 
 def has_stats(column: Mapping[str, Any]) -> bool:
-    return any(key.startswith("stats:") and key != "stats:has_stats:value" for key in column)
+    # dbt adds `has_stats` itself, after the adapter: any `stats:` key here is dbt-spark's.
+    return any(key.startswith("stats:") for key in column)
 
 
 def detail_stats(detail: Mapping[str, Any]) -> dict[str, Any]:
