@@ -193,7 +193,7 @@ class ServerProbe:
         if self.server.kind != "connect":  # Thrift already describes each job by its SQL
             yield
             return
-        from dbt.adapters.fenced_spark.connections import ConnectHandle
+        from dbt.adapters.fenced_spark.handles import ConnectHandle
 
         def before(wrapper: Any, sql: str) -> None:
             if isinstance(wrapper.handle, ConnectHandle):

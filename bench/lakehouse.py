@@ -13,7 +13,6 @@ from typing import Any
 from dbt.cli.main import dbtRunner
 
 from dbt.adapters.fenced_spark import session
-from dbt.adapters.fenced_spark.connections import spark_errors
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
@@ -24,6 +23,7 @@ from dbt.adapters.fenced_spark.fence.history import (
 )
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, set_conf_sql
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
+from dbt.adapters.fenced_spark.handles import spark_errors
 from tests.harness.runner import SessionRunner
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.lakehouse import Lakehouse, Sql, build_source, rows_label
 from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
 
 # fenced strategy -> (model, the stock dbt-spark strategy it is compared with)
 STRATEGIES = {
@@ -40,7 +40,7 @@ SERVER_METHODS = ("thrift", "connect")  # the fenced methods; also the server ea
 # Stock's runs over Thrift that each fenced run is compared with, by Series.stock_method.
 SERVER_STOCKS = {"thrift": "stock", "thrift, poll_interval 1": "stock_poll_1s"}
 
-# The statements only the fence sends (fence/protocol.py, impl.py, the fenced
+# The statements only the fence sends (fence/protocol.py, fence_sql.py, the fenced
 # materialization), as dbt logs them. The staging view is `<model>__fence_<12 hex>`
 # (FencedSparkRelation.staging_view).
 _STAGING = r"\S*__fence_[0-9a-f]{12}"

@@ -1084,8 +1084,8 @@ def _where(r: Results) -> list[str]:
             + ". The catalog lookup (`describe extended`, dbt-spark's own statement) runs no"
             " job. On"
             " the session those reads go to `LogTail` (`fence/delta_log.py`, chosen by"
-            " `FenceSql.log` in `impl.py`), which reads the log's files on the driver: jobs per"
-            " run here: "
+            " `FenceSql.log` in `fence_sql.py`), which reads the log's files on the driver:"
+            " jobs per run here: "
             + history_jobs("session")
             + ". The SETs/RESETs, the staging view and its DROP run no job."
         )

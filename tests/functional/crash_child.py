@@ -30,7 +30,8 @@ from typing import Any
 from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
 from dbt.adapters.fenced_spark.fence import protocol
-from dbt.adapters.fenced_spark.impl import FencedSparkAdapter, FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
+from dbt.adapters.fenced_spark.impl import FencedSparkAdapter
 from tests.functional.lakehouse import without_leading_comments
 
 KILL = {"step": "", "seconds": 0.0, "group": False}

@@ -17,7 +17,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence import protocol
 from dbt.adapters.fenced_spark.fence.history import FenceTag
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.harness.writer import ForeignWriter, active_jobs, job_running_for
 
 

@@ -17,7 +17,7 @@ from dbt.exceptions import ParsingError
 from dbt.tests.util import run_dbt
 from dbt_common.exceptions import CompilationError
 
-from dbt.adapters.fenced_spark import impl
+from dbt.adapters.fenced_spark import nodes
 from dbt.adapters.fenced_spark.fence import protocol
 from dbt.adapters.fenced_spark.fence.history import FenceTag
 from tests.conftest import REPO
@@ -555,7 +555,7 @@ class TestErrorsCatalogue:
             )
             return runners[-1]
 
-        monkeypatch.setattr(impl, "FenceSql", runner)
+        monkeypatch.setattr(nodes, "FenceSql", runner)
         return runners
 
     @produces("E204")

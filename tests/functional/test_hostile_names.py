@@ -35,7 +35,7 @@ from dbt.adapters.fenced_spark.fence.delta_log import LogTail
 from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory
 from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, set_conf_sql
 from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.functional.lakehouse import ForeignWriter, history, rows
 from tests.harness.runner import SessionRunner
 

@@ -7,7 +7,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.conftest import SERVERS, profile_target
 from tests.functional.lakehouse import (
     ForeignAroundWrite,

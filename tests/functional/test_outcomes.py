@@ -10,7 +10,7 @@ import shutil
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.fenced_spark import impl
+from dbt.adapters.fenced_spark import nodes
 from tests.functional.lakehouse import (
     ForeignAroundWrite,
     ForeignWriter,
@@ -107,7 +107,7 @@ class TestGreenVerdictHoldsAtTheNextRun:
             )
             return runners[-1]
 
-        monkeypatch.setattr(impl, "FenceSql", runner)
+        monkeypatch.setattr(nodes, "FenceSql", runner)
         run_dbt(["run", "-s", model, "--vars", json.dumps({"ds": "d2"})])
         monkeypatch.undo()
         assert sum(r.fired for r in runners) == 1

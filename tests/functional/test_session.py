@@ -6,7 +6,7 @@ import re
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.fenced_spark.connections import SessionHandle
+from dbt.adapters.fenced_spark.handles import SessionHandle
 from tests.functional.lakehouse import rows
 
 

@@ -11,7 +11,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.conftest import StockSparkProfile
 from tests.functional.lakehouse import (
     ForeignAt,

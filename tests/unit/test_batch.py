@@ -189,7 +189,7 @@ def test_a_delete_undone_by_a_restore_leaves_the_batch_whole():
 
 def test_only_the_create_of_the_table_carries_a_first_runs_batch():
     from dbt.adapters.fenced_spark.fence.node import NodeTransaction
-    from dbt.adapters.fenced_spark.impl import builds
+    from dbt.adapters.fenced_spark.routing import builds
 
     txn = NodeTransaction("s", "events", "`s`.`events`", "s.events", "model.p.events", "inv")
     assert builds("/* dbt */ create or replace table s.events using delta as select 1", txn)

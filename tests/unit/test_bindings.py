@@ -2,7 +2,7 @@
 
 import pytest
 
-from dbt.adapters.fenced_spark.connections import FencedSessionConnectionWrapper
+from dbt.adapters.fenced_spark.handles import FencedSessionConnectionWrapper
 
 
 @pytest.mark.parametrize(

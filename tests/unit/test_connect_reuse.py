@@ -232,7 +232,7 @@ def test_an_unreusable_session_is_closed_and_kept_ones_end_with_the_invocation(m
     "code, ends", [("UNAVAILABLE", True), ("CANCELLED", True), ("INTERNAL", False)]
 )
 def test_a_statement_that_got_no_answer_ends_reuse_the_servers_own_error_does_not(code, ends):
-    from dbt.adapters.fenced_spark.connections import ConnectHandle
+    from dbt.adapters.fenced_spark.handles import ConnectHandle
 
     failing = FakeSession(fails=raised_from(LostStream(getattr(grpc.StatusCode, code))))
     handle = ConnectHandle(failing, "sc://h:15002")
@@ -264,7 +264,7 @@ def test_an_interrupt_ends_reuse_a_client_side_error_does_not():
     ],
 )
 def test_only_short_statements_leave_reattachable_execution(sql, fence_short, plain):
-    from dbt.adapters.fenced_spark.connections import ConnectHandle
+    from dbt.adapters.fenced_spark.handles import ConnectHandle
 
     session = FakeSession()
     handle = ConnectHandle(session, "sc://h:15002")
@@ -278,7 +278,7 @@ def test_only_short_statements_leave_reattachable_execution(sql, fence_short, pl
 
 
 def test_reattachable_execution_comes_back_after_a_short_statement_fails():
-    from dbt.adapters.fenced_spark.connections import ConnectHandle
+    from dbt.adapters.fenced_spark.handles import ConnectHandle
 
     failing = FakeSession(fails=RuntimeError("the server said no"))
     with pytest.raises(RuntimeError):
@@ -287,11 +287,8 @@ def test_reattachable_execution_comes_back_after_a_short_statement_fails():
 
 
 def test_the_fences_short_reads_are_short_over_connect_too():
-    from dbt.adapters.fenced_spark.connections import (
-        ConnectHandle,
-        FencedSessionConnectionWrapper,
-        FencedSparkConnectionManager,
-    )
+    from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+    from dbt.adapters.fenced_spark.handles import ConnectHandle, FencedSessionConnectionWrapper
 
     handle = ConnectHandle(FakeSession(), "sc://h:15002")
     manager = FencedSparkConnectionManager.__new__(FencedSparkConnectionManager)
@@ -306,7 +303,7 @@ def test_the_fences_short_reads_are_short_over_connect_too():
 
 
 def test_a_client_without_reattachable_execution_is_left_without_it():
-    from dbt.adapters.fenced_spark.connections import ConnectHandle
+    from dbt.adapters.fenced_spark.handles import ConnectHandle
 
     session = FakeSession()
     session.client._use_reattachable_execute = False  # as a Python model may leave it

@@ -354,7 +354,7 @@ def test_a_retry_whose_model_cannot_be_staged_anew_is_not_said_to_have_spent_the
     restaged = []
 
     def restage(state):
-        # impl._stage: the view failed at the new vB, and the log named a commit after it.
+        # Staging.stage: the view failed at the new vB, and the log named a commit after it.
         restaged.append(state.read_version)
         landed = [Commit(6, "WRITE", 5, None)]
         raise FenceViolation(

@@ -10,12 +10,12 @@ from dbt.adapters.spark import connections as spark_connections
 from dbt_common.exceptions import DbtDatabaseError
 from TCLIService.ttypes import TOperationState
 
-from dbt.adapters.fenced_spark.connections import (
-    BackoffPyhiveConnectionWrapper,
-    FencedSparkConnectionManager,
-)
-from dbt.adapters.fenced_spark.impl import FencedSparkAdapter, FenceSql
+from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
+from dbt.adapters.fenced_spark.nodes import Nodes
+from dbt.adapters.fenced_spark.polling import BackoffPyhiveConnectionWrapper
 from dbt.adapters.fenced_spark.relation import FencedSparkRelation
+from dbt.adapters.fenced_spark.staging import Staging
 
 
 class Refused(Exception):
@@ -254,9 +254,9 @@ def test_the_fence_answers_at_once_only_what_runs_no_spark_job(sql, at_once):
 STAGING = FencedSparkRelation.create(schema="s", identifier="m").staging_view("run")
 
 
-def dropping(handle, staged_on, refuse: bool = False) -> tuple[FencedSparkAdapter, list]:
-    """The adapter's staging-view cleanup over a Thrift handle, recording what it sends and
-    whether at once."""
+def dropping(handle, staged_on, refuse: bool = False) -> tuple[Staging, list]:
+    """The staging view's cleanup over a Thrift handle, recording what it sends and whether at
+    once."""
     sent: list = []
     manager = manager_on(handle, [])
 
@@ -266,16 +266,16 @@ def dropping(handle, staged_on, refuse: bool = False) -> tuple[FencedSparkAdapte
             raise DbtDatabaseError("Query failed with status: CANCELED_STATE")
 
     manager.add_query = add_query  # type: ignore[method-assign]
-    adapter = object.__new__(FencedSparkAdapter)
-    adapter.connections = manager
-    adapter._node = lambda: SimpleNamespace(staged_on=staged_on, source=None)  # type: ignore[method-assign]
-    return adapter, sent
+    nodes = Nodes(None, manager)
+    nodes.node = lambda: SimpleNamespace(staged_on=staged_on, source=None)  # type: ignore[method-assign,assignment,return-value]
+    staging = Staging(nodes, None, None, lambda: "thrift", None)  # type: ignore[arg-type]
+    return staging, sent
 
 
 def test_the_staging_view_is_dropped_at_once_on_the_session_that_holds_it(sleeps):
     handle = wrapper(Cursor(running=0))
-    adapter, sent = dropping(handle, staged_on=handle)
-    adapter._drop_staging(STAGING)
+    staging, sent = dropping(handle, staged_on=handle)
+    staging.drop(STAGING)
     assert sent == [(f"DROP VIEW IF EXISTS {STAGING.render()}", True)]
     assert not handle.read_at_once
 
@@ -283,13 +283,13 @@ def test_the_staging_view_is_dropped_at_once_on_the_session_that_holds_it(sleeps
 def test_no_drop_after_a_reconnect_or_a_failure_and_a_failed_drop_fails_nothing(sleeps):
     handle = wrapper(Cursor(running=0))
     # After a reconnect the name could find a permanent view of the session's schema.
-    adapter, sent = dropping(handle, staged_on=wrapper(Cursor(running=0)))
-    adapter._drop_staging(STAGING)
+    staging, sent = dropping(handle, staged_on=wrapper(Cursor(running=0)))
+    staging.drop(STAGING)
     # A failed node's session may be cancelled or lost: it goes with its view.
-    adapter, failed = dropping(handle, staged_on=handle)
-    adapter._drop_staging(STAGING, failed=True)
+    staging, failed = dropping(handle, staged_on=handle)
+    staging.drop(STAGING, failed=True)
     assert sent == failed == []
     # The write's verdict is in: a cancel landing on the DROP does not make it a failure.
-    adapter, sent = dropping(handle, staged_on=handle, refuse=True)
-    adapter._drop_staging(STAGING)
+    staging, sent = dropping(handle, staged_on=handle, refuse=True)
+    staging.drop(STAGING)
     assert len(sent) == 1

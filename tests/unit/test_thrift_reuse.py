@@ -10,12 +10,10 @@ from dbt.adapters.spark.connections import PyhiveConnectionWrapper, SparkConnect
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import thrift
-from dbt.adapters.fenced_spark.connections import (
-    BackoffPyhiveConnectionWrapper,
-    FencedSparkConnectionManager,
-)
+from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
 from dbt.adapters.fenced_spark.fence.state import MAX_COMMIT_ATTEMPTS
-from dbt.adapters.fenced_spark.impl import FenceSql
+from dbt.adapters.fenced_spark.fence_sql import FenceSql
+from dbt.adapters.fenced_spark.polling import BackoffPyhiveConnectionWrapper
 
 COMMENT = '/* {"app": "dbt", "node_id": "model.p.m"} */\n'
 

@@ -2,8 +2,13 @@
 `Statistics` row of DESCRIBE EXTENDED, which a Delta table has only after ANALYZE: Delta keeps
 its size in its log, and DESCRIBE DETAIL reports it (`sizeInBytes`, `numFiles`)."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from dbt.adapters.events.logging import AdapterLogger
+from dbt_common.exceptions import DbtRuntimeError
+
+logger = AdapterLogger("FencedSpark")
 
 # DESCRIBE DETAIL's column -> (the stat's key in the catalog, its label, its description).
 DETAIL_STATS = {
@@ -30,3 +35,16 @@ def detail_stats(detail: Mapping[str, Any]) -> dict[str, Any]:
         stats[f"stats:{key}:description"] = description
         stats[f"stats:{key}:include"] = True
     return stats
+
+
+def detail_stats_of(execute: Callable[..., Any], relation: Any) -> dict[str, Any]:
+    """One DESCRIBE DETAIL of a Delta table (the adapter's `execute`): its catalog stats, or
+    none when it cannot be read."""
+    try:
+        _, table = execute(f"describe detail {relation.fence_name}", fetch=True)
+    except DbtRuntimeError as exc:
+        logger.debug(f"No DESCRIBE DETAIL for the catalog's {relation}: {exc}")
+        return {}
+    if not table.rows:
+        return {}
+    return detail_stats(dict(zip(table.column_names, table.rows[0], strict=True)))

@@ -241,7 +241,7 @@ class Leftovers:
 
 
 class Session(Protocol):
-    """A connection's handle over a Thrift session (connections.BackoffPyhiveConnectionWrapper):
+    """A connection's handle over a Thrift session (polling.BackoffPyhiveConnectionWrapper):
     pyhive's connection, and what this module keeps beside it."""
 
     handle: Any  # pyhive's Connection
