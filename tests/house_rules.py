@@ -101,9 +101,7 @@ def cycles(found: dict[str, Path]) -> list[str]:
         if node not in index:
             visit(node)
     short = len(PACKAGE) + 1
-    return [
-        "import cycle: " + ", ".join(n[short:] for n in component) for component in components
-    ]
+    return ["import cycle: " + ", ".join(n[short:] for n in component) for component in components]
 
 
 def main() -> int:
@@ -112,8 +110,10 @@ def main() -> int:
     for line in broken:
         print(line, file=sys.stderr)
     if not broken:
-        print(f"house rules: {len(found)} modules, no class over {MAX_CLASS_LINES} lines, "
-              f"no module over {MAX_MODULE_LINES}, no import cycle")
+        print(
+            f"house rules: {len(found)} modules, no class over {MAX_CLASS_LINES} lines, "
+            f"no module over {MAX_MODULE_LINES}, no import cycle"
+        )
     return 1 if broken else 0
 
 
