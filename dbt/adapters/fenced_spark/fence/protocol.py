@@ -1,6 +1,7 @@
 """The fence: one object per node's write, its steps in their own modules (capture.py,
-verify.py with conflicts.py, revert.py); here the write itself, tagged, and `fence_retries`.
-Every step is plain SQL, so it works over any connection method; on the embedded session the
+verify.py with conflicts.py, revert.py, batch.py), which are handed the write's FenceContext
+(context.py) and never import this module; here the write itself, tagged, the back-off
+(backoff.py) and `fence_retries`. Every step is plain SQL, so it works over any connection method; on the embedded session the
 history reads may come from the Delta log instead (`delta_log.LogTail`)."""
 
 import itertools
@@ -14,7 +15,13 @@ from typing import Any, NoReturn, TypeVar
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence import batch, capture, revert, sequence, verify
+from dbt.adapters.fenced_spark.fence import backoff, batch, capture, revert, sequence, verify
+from dbt.adapters.fenced_spark.fence.backoff import (
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_MAX_TURNS,
+    backoff_turns,
+)
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK, FenceContext
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
@@ -44,7 +51,11 @@ from dbt.adapters.fenced_spark.fence.state import (
 
 # Names the adapter, the tests and the bench import from here.
 __all__ = [
+    "BACKOFF_BASE_SECONDS",
+    "BACKOFF_CAP_SECONDS",
+    "BACKOFF_MAX_TURNS",
     "LOOKBACK",
+    "MAX_SENDS",
     "MAX_COMMIT_ATTEMPTS",
     "OWN_STEPS",
     "SNAPSHOT",
@@ -58,24 +69,24 @@ __all__ = [
     "set_conf_sql",
 ]
 
-BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_CAP_SECONDS = 20.0
-BACKOFF_MAX_TURNS = 16
 # How often one attempt's write is sent again after Delta refused it for a commit that
 # conflicts with nothing (verify.Overtaken): each time, another writer's commit landed.
 MAX_SENDS = 32
 
 logger = AdapterLogger("FencedSpark")
 
-T = TypeVar("T")
 # A read of a table's head: its version, or capture's version and newest commits.
 _Read = TypeVar("_Read", int, tuple[int, Iterator[Commit] | None])
 
 
-def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with full jitter, counted in turns: losers only stop colliding once
-    their window is wider than the writers that want the table."""
-    return rng() * min(BACKOFF_MAX_TURNS, 2**retry)
+def _steps_ran(state: FenceState) -> str | None:
+    """Why no retry follows: our own steps committed before the write."""
+    if state.expected_version == state.read_version:
+        return None
+    return (
+        "this run's own steps (a pre-hook or a schema change) committed before the write, "
+        "and a retry would redo only the write"
+    )
 
 
 class Fence:
@@ -154,9 +165,7 @@ class Fence:
                 attempt_seconds = self.clock() - started
                 vetted(state, violation)
                 report = violation.report
-                report.no_retry = (
-                    no_retry or self._steps_ran(state) or batch.no_retry(state, report)
-                )
+                report.no_retry = no_retry or _steps_ran(state) or batch.no_retry(state, report)
                 report.retries = retries
                 done = retry == retries or report.gone is not None  # no version to retry from
                 if done or report.no_retry or not report.nothing_of_ours_remains:
@@ -194,37 +203,7 @@ class Fence:
         )
 
     def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
-        """Turns are counted in commits after the version the refused attempt expected, or in
-        `slot`s (an attempt's length) of waiting, whichever runs ahead. Under contention the
-        wait follows the commit rate (an attempt slowed by the others would otherwise stretch
-        every wait), and the commits that landed during the refused attempt are turns already
-        taken; on a quiet table it is time."""
-        started = self.clock()
-        deadline = started + min(BACKOFF_CAP_SECONDS, turns * slot)
-        known = state.expected_version
-
-        def left() -> float:
-            return turns - max(known - state.expected_version, (self.clock() - started) / slot)
-
-        # Time is checked before each read: the retry's recapture reads the version right
-        # after, so a read once the wait is over would be a Spark job for nothing over SQL.
-        while left() > 0 and self.clock() < deadline:
-            polled = self.clock()
-            with suppress(Exception):  # the retry's own recapture reports what is wrong
-                known = max(known, self.log.latest_version(state.table, known))
-            # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
-            poll = max(slot / 4, 10 * (self.clock() - polled))
-            if left() > 0:
-                self.sleep(max(0.0, min(poll, left() * slot, deadline - self.clock())))
-
-    @staticmethod
-    def _steps_ran(state: FenceState) -> str | None:
-        if state.expected_version == state.read_version:
-            return None
-        return (
-            "this run's own steps (a pre-hook or a schema change) committed before the write, "
-            "and a retry would redo only the write"
-        )
+        backoff.wait_turns(self.log, self.clock, self.sleep, state, turns, slot)
 
     def steps_standing(self, state: FenceState) -> list[Commit] | None:
         """The node's step commits since vB (a pre-hook's DELETE); None when the log cannot
@@ -330,7 +309,9 @@ class Fence:
         seconds = self.clock() - started
         # Anything but a verdict here would read as the write's own error ("nothing was
         # written"), which may be false: the statement finished.
-        return self.from_the_log(state, lambda: self.verify(state, conflict, token, seconds))
+        return verify.from_the_log(
+            self.context, state, lambda: self.verify(state, conflict, token, seconds)
+        )
 
     def after_failed_write(self, state: FenceState, failed: Exception) -> NoReturn:
         def outcome() -> FenceResult | None:
@@ -341,41 +322,13 @@ class Fence:
             assert isinstance(result, FenceResult)  # ours is in the log: a verdict on it
             return result
 
-        result = self.from_the_log(state, outcome, failed)
+        result = verify.from_the_log(self.context, state, outcome, failed)
         if result is None:
             raise failed  # nothing of ours in the log: the write's own error, nothing written
         assert result.commit_version is not None  # ours is in the log
         raise FenceCommittedThenFailed(
             state.strategy, state.display, result.commit_version, result.read_version, failed
         )
-
-    def from_the_log(
-        self, state: FenceState, verdict: Callable[[], T], failed: BaseException | None = None
-    ) -> T:
-        """The write's verdict, read from the log. A session or server lost after the write
-        (a Connect server restarted) is opened again once and the verdict read anew, unless
-        it had sent a statement (a RESTORE); if the log still cannot be read, the outcome is
-        unknown (E211), never "nothing was written"."""
-        sent = self.context.sent
-        try:
-            return verdict()
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            if self.context.sent != sent:
-                raise verify.unverified(state, exc, failed) from (failed or exc)
-            first = exc
-        logger.info(
-            f"fenced {state.strategy} into {state.display}: the log could not be read after "
-            f"the write ({reason(first)}); reading it again on a new connection"
-        )
-        try:
-            self.runner.reconnect()
-            return verdict()
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            raise verify.unverified(state, exc, failed) from (failed or first)
 
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.

@@ -1,7 +1,9 @@
 """Steps 5 and 7: judge the commits that landed since the expected version, before the write
 (pre-check) and after it (verification), by the rules of fence/conflicts.py."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
@@ -9,7 +11,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.fence import batch, capture, revert
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.context import FenceContext
-from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
+from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, FenceViolation, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.sequence import Token
 from dbt.adapters.fenced_spark.fence.state import (
@@ -21,6 +23,8 @@ from dbt.adapters.fenced_spark.fence.state import (
 )
 
 logger = AdapterLogger("FencedSpark")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,38 @@ def _unjudged(context: FenceContext, state: FenceState, commits: list[Commit]) -
     """The foreign commits in `commits` that no check of this attempt has judged yet."""
     known = {j.commit.version for j in state.judged}
     return [c for c in context.foreign(state, commits) if c.version not in known]
+
+
+def from_the_log(
+    context: FenceContext,
+    state: FenceState,
+    verdict: Callable[[], T],
+    failed: BaseException | None = None,
+) -> T:
+    """The write's verdict, read from the log. A session or server lost after the write
+    (a Connect server restarted) is opened again once and the verdict read anew, unless
+    it had sent a statement (a RESTORE); if the log still cannot be read, the outcome is
+    unknown (E211), never "nothing was written"."""
+    sent = context.sent
+    try:
+        return verdict()
+    except FenceViolation:
+        raise
+    except Exception as exc:
+        if context.sent != sent:
+            raise unverified(state, exc, failed) from (failed or exc)
+        first = exc
+    logger.info(
+        f"fenced {state.strategy} into {state.display}: the log could not be read after "
+        f"the write ({reason(first)}); reading it again on a new connection"
+    )
+    try:
+        context.runner.reconnect()
+        return verdict()
+    except FenceViolation:
+        raise
+    except Exception as exc:
+        raise unverified(state, exc, failed) from (failed or first)
 
 
 def unverified(
