@@ -1,8 +1,9 @@
 """The fence: one object per node's write, its steps in their own modules (capture.py,
 verify.py with conflicts.py, revert.py, batch.py), which are handed the write's FenceContext
 (context.py) and never import this module; here the write itself, tagged, the back-off
-(backoff.py) and `fence_retries`. Every step is plain SQL, so it works over any connection method; on the embedded session the
-history reads may come from the Delta log instead (`delta_log.LogTail`)."""
+(backoff.py) and `fence_retries`. Every step is plain SQL, so it works over any connection
+method; on the embedded session the history reads may come from the Delta log instead
+(`delta_log.LogTail`)."""
 
 import itertools
 import random
