@@ -244,10 +244,13 @@ reliability: setup
 	$(PY) -m tests.reliability_report --command "$(RELIABILITY_COMMAND)" || rc=1; \
 	exit $$rc
 
+# The import contracts in pyproject.toml: import-linter's lint-imports, with grimp taught dbt's
+# pkgutil-style namespace packages (tests/lint_imports.py says why).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) -m tests.lint_imports --no-logo --no-cache
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -303,12 +303,12 @@ def test_a_partition_value_query_that_fails_goes_to_the_data_probe():
 
 
 def test_an_attempts_pre_check_and_verification_share_one_analysis():
-    fence = Fence(Probe(), lambda: None, log=Log({}))
+    context = Fence(Probe(), lambda: None, log=Log({})).context
     state = FenceState("s.t", "s.t", "replace_where", 4, 4, "inv", "model.p.t")
-    first = fence.conflict_check(state)
-    assert fence.conflict_check(dataclasses.replace(state, expected_version=6)) is first
+    first = context.conflict_check(state)
+    assert context.conflict_check(dataclasses.replace(state, expected_version=6)) is first
     # A retry reads a new vB: the table's columns are looked up again.
-    assert fence.conflict_check(dataclasses.replace(state, read_version=7)) is not first
+    assert context.conflict_check(dataclasses.replace(state, read_version=7)) is not first
 
 
 # RESTORE: Delta writes metaData and protocol into every one, as the table has them unless it

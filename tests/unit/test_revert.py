@@ -671,11 +671,11 @@ def test_an_earlier_commit_its_own_run_verified_is_taken_as_verified():
     table = FakeTable()
     earlier_run(table)
     verified = fence(table)
-    verified.verified = (2, "inv-0")
+    verified.context.verified = (2, "inv-0")
     verified.check_earlier_runs(state(expected=2), frozenset())
     for other in ((2, "inv-9"), (1, "inv-0")):
         refusing = fence(table)
-        refusing.verified = other
+        refusing.context.verified = other
         with pytest.raises(FenceUnresolved):
             refusing.check_earlier_runs(state(expected=2), frozenset())
 

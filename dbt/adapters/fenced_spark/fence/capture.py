@@ -4,31 +4,15 @@ import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import revert
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, first_conflict, scope_from_json
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK, RESETS, FenceContext
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, Gone, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
-
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.fence.protocol import Fence
-
-# How far back (in commits) a run looks for an earlier run of its node that never reached
-# its verdict, and the operations after which what came before is no longer in the table.
-LOOKBACK = 32
-RESETS = {
-    "RESTORE",
-    "CREATE TABLE",
-    "CREATE TABLE AS SELECT",
-    "CREATE OR REPLACE TABLE",
-    "CREATE OR REPLACE TABLE AS SELECT",
-    "REPLACE TABLE",
-    "REPLACE TABLE AS SELECT",
-}
 
 # What Spark and Delta say when a table is gone, or is no longer Delta.
 _GONE = {
@@ -37,20 +21,20 @@ _GONE = {
 }
 
 
-def capture(fence: "Fence", table: str) -> tuple[int, Iterator[Commit] | None]:
+def capture(context: FenceContext, table: str) -> tuple[int, Iterator[Commit] | None]:
     """vB, and the newest commits newest first for `check_earlier_runs`: over SQL one read
     serves both. None for the commits when the node's last run left the table at vB with its
     verdict (`settled`): that run checked them, and nothing landed since."""
-    settled = fence.settled(table)
+    settled = context.settled(table)
     if settled is not None:
         return settled, None
-    recent = iter(fence.log.recent(table, LOOKBACK))
+    recent = iter(context.log.recent(table, LOOKBACK))
     newest = next(recent)
     return newest.version, itertools.chain([newest], recent)
 
 
 def check_earlier_runs(
-    fence: "Fence",
+    context: FenceContext,
     state: FenceState,
     accepted: frozenset[int],
     recent: Iterator[Commit] | None = None,
@@ -64,7 +48,7 @@ def check_earlier_runs(
     # Other writers' commits above, still in the table: what undoing a commit would undo too.
     after: list[Commit] = []
     lineage: int | None = None  # the newest version still in the table, below a RESTORE
-    for commit in recent if recent is not None else fence.log.recent(state.table, LOOKBACK):
+    for commit in recent if recent is not None else context.log.recent(state.table, LOOKBACK):
         tag = commit.tag
         if lineage is not None and commit.version > lineage:
             continue  # undone by a RESTORE above it
@@ -96,12 +80,12 @@ def check_earlier_runs(
             return  # that run reached its verdict (revert, post-hook), or an old tag
         if tag.step == "write" and commit.changed_no_rows:
             return  # only the fence's SetTransaction: no row of it can have lost a change
-        if fence.verified == (commit.version, tag.invocation_id):
+        if context.verified == (commit.version, tag.invocation_id):
             # That run verified this very commit: judged again here with less than it had (a
             # commit that landed during its write is not in its tag), it could be refused.
             return
         if tag.scope is not None and not tag.strict:
-            conflict = _scoped_conflict(fence, state, tag, commit)
+            conflict = _scoped_conflict(context, state, tag, commit)
             if conflict is None:
                 return  # its commit holds
             if commit.version in accepted:
@@ -110,30 +94,30 @@ def check_earlier_runs(
                 state.strategy,
                 state.display,
                 commit,
-                _below(fence, state, tag, commit),
+                _below(context, state, tag, commit),
                 after[::-1],
                 conflict,
             )
         if tag.holds(commit) or commit.version in accepted:
             return
-        before = _below(fence, state, tag, commit)
-        if _held_over_unrecorded(fence, state, tag, commit, before):
+        before = _below(context, state, tag, commit)
+        if _held_over_unrecorded(context, state, tag, commit, before):
             return
         raise FenceUnresolved(state.strategy, state.display, commit, before, after[::-1])
 
 
-def _below(fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit) -> list[Commit]:
+def _below(context: FenceContext, state: FenceState, tag: FenceTag, commit: Commit) -> list[Commit]:
     """The commits between the version `commit` had to build on and itself."""
     assert tag.expected_version is not None
     return [
         c
-        for c in fence.commits_since(state.table, tag.expected_version)
+        for c in context.commits_since(state.table, tag.expected_version)
         if c.version < commit.version
     ]
 
 
 def _scoped_conflict(
-    fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit
+    context: FenceContext, state: FenceState, tag: FenceTag, commit: Commit
 ) -> str | None:
     """A write Delta may commit above others (a MERGE, an append or replace under snapshot
     isolation) records what it read and writes. Its run's verification judged every commit
@@ -152,13 +136,13 @@ def _scoped_conflict(
     provisional = bool(scope.keys)
     gap = [
         c
-        for c in _below(fence, state, tag, commit)
+        for c in _below(context, state, tag, commit)
         if (provisional or c.version not in tag.tolerated)
         and not (c.tag is not None and tag.same_run(c.tag))
     ]
     if not gap:
         return None
-    check = fence.conflict_check(replace(state, strategy=tag.strategy))
+    check = context.conflict_check(replace(state, strategy=tag.strategy))
     try:
         if scope.keys:  # the keys it wrote: the rows its commit changed, as verification does
             written = check.changed_rows(commit.version)
@@ -170,7 +154,7 @@ def _scoped_conflict(
 
 
 def _held_over_unrecorded(
-    fence: "Fence", state: FenceState, tag: FenceTag, commit: Commit, before: list[Commit]
+    context: FenceContext, state: FenceState, tag: FenceTag, commit: Commit, before: list[Commit]
 ) -> bool:
     """A write built on commits that landed after its pre-check (so its tag does not list
     them) holds if they changed no data, or, for a write whose tag records what it read and
@@ -188,7 +172,7 @@ def _held_over_unrecorded(
         return False
     if not gap:
         return True  # only that run's own commits (its auto compaction) in between
-    check = fence.conflict_check(state)
+    check = context.conflict_check(state)
     if first_conflict(check.judge(gap, STEPS)) is None:
         return True
     if tag.scope is None or tag.step != "write":
@@ -197,13 +181,9 @@ def _held_over_unrecorded(
     return first_conflict(check.judge(gap, serial)) is None
 
 
-def latest_version(fence: "Fence", table: str, known: int | None = None) -> int:
-    return fence.log.latest_version(table, known)
-
-
-def latest_or_fail(fence: "Fence", state: FenceState) -> int:
+def latest_or_fail(context: FenceContext, state: FenceState) -> int:
     try:
-        return fence.latest_version(state.table, known=state.expected_version)
+        return context.latest_version(state.table, known=state.expected_version)
     except DbtRuntimeError as exc:
         gone = next((g for g, words in _GONE.items() if words.search(str(exc))), None)
         if gone is None:
@@ -212,7 +192,7 @@ def latest_or_fail(fence: "Fence", state: FenceState) -> int:
         found = "no table" if gone == Gone.DROPPED else "a table that is not Delta"
         expected = f"v{state.expected_version}"
         revert.fail(
-            fence,
+            context,
             state,
             Outcome.NEVER_WRITTEN,
             [],

@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any
 
 from dbt.adapters.fenced_spark.fence.history import Commit
-from dbt.adapters.fenced_spark.fence.protocol import FenceState
+from dbt.adapters.fenced_spark.fence.state import FenceState
 from dbt.adapters.fenced_spark.fence.statements import (
     OPAQUE,
     READ,

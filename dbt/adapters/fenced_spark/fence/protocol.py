@@ -1,28 +1,34 @@
 """The fence: one object per node's write, its steps in their own modules (capture.py,
-verify.py with conflicts.py, revert.py); here the write itself, tagged, and `fence_retries`.
-Every step is plain SQL, so it works over any connection method; on the embedded session the
-history reads may come from the Delta log instead (`delta_log.LogTail`)."""
+verify.py with conflicts.py, revert.py, batch.py), which are handed the write's FenceContext
+(context.py) and never import this module; here the write itself, tagged, the back-off
+(backoff.py) and `fence_retries`. Every step is plain SQL, so it works over any connection
+method; on the embedded session the history reads may come from the Delta log instead
+(`delta_log.LogTail`)."""
 
 import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence import batch, capture, revert, sequence, verify
-from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
-from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
+from dbt.adapters.fenced_spark.fence import backoff, batch, capture, revert, sequence, verify
+from dbt.adapters.fenced_spark.fence.backoff import (
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_MAX_TURNS,
+    backoff_turns,
+)
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK, FenceContext
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
     FenceError,
     FenceReport,
     FenceSessionTxn,
-    FenceUnverified,
     FenceViolation,
     FenceWriteRefused,
     engine_message,
@@ -46,7 +52,11 @@ from dbt.adapters.fenced_spark.fence.state import (
 
 # Names the adapter, the tests and the bench import from here.
 __all__ = [
+    "BACKOFF_BASE_SECONDS",
+    "BACKOFF_CAP_SECONDS",
+    "BACKOFF_MAX_TURNS",
     "LOOKBACK",
+    "MAX_SENDS",
     "MAX_COMMIT_ATTEMPTS",
     "OWN_STEPS",
     "SNAPSHOT",
@@ -60,28 +70,24 @@ __all__ = [
     "set_conf_sql",
 ]
 
-BACKOFF_BASE_SECONDS = 0.5
-BACKOFF_CAP_SECONDS = 20.0
-BACKOFF_MAX_TURNS = 16
 # How often one attempt's write is sent again after Delta refused it for a commit that
 # conflicts with nothing (verify.Overtaken): each time, another writer's commit landed.
 MAX_SENDS = 32
 
 logger = AdapterLogger("FencedSpark")
 
-T = TypeVar("T")
 # A read of a table's head: its version, or capture's version and newest commits.
 _Read = TypeVar("_Read", int, tuple[int, Iterator[Commit] | None])
 
 
-def backoff_turns(retry: int, rng: Callable[[], float] = random.random) -> float:
-    """Exponential backoff with full jitter, counted in turns: losers only stop colliding once
-    their window is wider than the writers that want the table."""
-    return rng() * min(BACKOFF_MAX_TURNS, 2**retry)
-
-
-# What Spark's SET shows for a value matching spark.sql.redaction.options.regex.
-REDACTED = "*********(redacted)"
+def _steps_ran(state: FenceState) -> str | None:
+    """Why no retry follows: our own steps committed before the write."""
+    if state.expected_version == state.read_version:
+        return None
+    return (
+        "this run's own steps (a pre-hook or a schema change) committed before the write, "
+        "and a retry would redo only the write"
+    )
 
 
 class Fence:
@@ -101,15 +107,8 @@ class Fence:
         self.log = log or SqlHistory(runner)
         self.clock = clock
         self.rng = rng
-        # The node's last run's commit that the fence verified, by version and invocation id
-        # (run_results.json): the earlier-runs search takes that verdict (capture.py).
-        self.verified = verified
-        self._checks: dict[tuple[str, int, str], ConflictCheck] = {}
-        # Tagged statements sent (RESTOREs among them): a verdict that sent one is not redone.
-        self._sent = 0
-        # Set once this session's LAST_COMMIT was cleared before our write: from then on it
-        # names our write's commit, if the write made one (verify.session_commit).
-        self.watching_commits = False
+        # What the steps share (fence/context.py): they are handed it, never this Fence.
+        self.context = FenceContext(runner, single_attempt, self.log, clock, verified)
         self._heads: dict[str, tuple[int, float, float]] = {}
 
     def run(
@@ -167,9 +166,7 @@ class Fence:
                 attempt_seconds = self.clock() - started
                 vetted(state, violation)
                 report = violation.report
-                report.no_retry = (
-                    no_retry or self._steps_ran(state) or batch.no_retry(state, report)
-                )
+                report.no_retry = no_retry or _steps_ran(state) or batch.no_retry(state, report)
                 report.retries = retries
                 done = retry == retries or report.gone is not None  # no version to retry from
                 if done or report.no_retry or not report.nothing_of_ours_remains:
@@ -201,43 +198,13 @@ class Fence:
             f"landing, or {slot:.1f}s without one; {retry} of {retries})"
         )
         self.wait_turns(state, turns, slot)
-        latest = self._latest_or_fail(state)
+        latest = capture.latest_or_fail(self.context, state)
         return replace(
             state, read_version=latest, expected_version=latest, attempt=retry + 1, judged=()
         )
 
     def wait_turns(self, state: FenceState, turns: float, slot: float) -> None:
-        """Turns are counted in commits after the version the refused attempt expected, or in
-        `slot`s (an attempt's length) of waiting, whichever runs ahead. Under contention the
-        wait follows the commit rate (an attempt slowed by the others would otherwise stretch
-        every wait), and the commits that landed during the refused attempt are turns already
-        taken; on a quiet table it is time."""
-        started = self.clock()
-        deadline = started + min(BACKOFF_CAP_SECONDS, turns * slot)
-        known = state.expected_version
-
-        def left() -> float:
-            return turns - max(known - state.expected_version, (self.clock() - started) / slot)
-
-        # Time is checked before each read: the retry's recapture reads the version right
-        # after, so a read once the wait is over would be a Spark job for nothing over SQL.
-        while left() > 0 and self.clock() < deadline:
-            polled = self.clock()
-            with suppress(Exception):  # the retry's own recapture reports what is wrong
-                known = max(known, self.log.latest_version(state.table, known))
-            # Over SQL a history read is a Spark job: poll for at most a tenth of the time.
-            poll = max(slot / 4, 10 * (self.clock() - polled))
-            if left() > 0:
-                self.sleep(max(0.0, min(poll, left() * slot, deadline - self.clock())))
-
-    @staticmethod
-    def _steps_ran(state: FenceState) -> str | None:
-        if state.expected_version == state.read_version:
-            return None
-        return (
-            "this run's own steps (a pre-hook or a schema change) committed before the write, "
-            "and a retry would redo only the write"
-        )
+        backoff.wait_turns(self.log, self.clock, self.sleep, state, turns, slot)
 
     def steps_standing(self, state: FenceState) -> list[Commit] | None:
         """The node's step commits since vB (a pre-hook's DELETE); None when the log cannot
@@ -248,85 +215,19 @@ class Fence:
             commits = self.commits_since(state.table, state.read_version)
         except DbtRuntimeError:
             return None
-        return list(verify.own_steps(self, state, commits))
+        return list(verify.own_steps(self.context, state, commits))
 
     def commits_since(self, table: str, version: int) -> list[Commit]:
-        """Commits after `version`, oldest first; reads only the log's tail."""
-        return self.log.commits_since(table, version)
+        return self.context.commits_since(table, version)
 
-    @contextmanager
     def tagged(
         self,
         state: FenceState,
         step: str,
         strict: bool | None = None,
         token: sequence.Token | None = None,
-    ) -> Iterator[None]:
-        """The conf that tags our commit is set only around our own statements. A label the
-        session already had (an audit pre-hook's userMetadata) rides in the tag and is put back
-        after, not reset. A write's `token` (fence/sequence.py) is set and reset with it."""
-        strict = state.strict if strict is None else strict
-        user = self.user_metadata()
-        tag = replace(state.tag(step), user_metadata=user)
-        self._sent += 1
-        resets = [(USER_METADATA, user), *([(MAX_COMMIT_ATTEMPTS, None)] if strict else [])]
-        if token is not None:
-            resets += [(sequence.APP_ID_CONF, None), (sequence.VERSION_CONF, None)]
-        try:
-            # A SET that failed may still have applied (a cancel while it ran): reset as well.
-            self.runner.set_session_conf(USER_METADATA, tag.to_json())
-            if strict:
-                self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
-            if token is not None:
-                self.runner.set_session_conf(sequence.APP_ID_CONF, sequence.TXN_APP_ID)
-                self.runner.set_session_conf(sequence.VERSION_CONF, str(token.version))
-            yield
-        except BaseException:
-            # A lost session fails the RESETs too: they must not replace what failed first.
-            self._reset(resets)
-            raise
-        failed = self._reset(resets)
-        if failed is not None:
-            raise failed
-
-    def _reset(self, resets: list[tuple[str, str | None]]) -> Exception | None:
-        """Every reset is tried: one failing must not leave maxCommitAttempts at 0 on a session
-        that lives on (the embedded one is never reopened). The first failure, if any."""
-        failed: Exception | None = None
-        for key, value in resets:
-            try:
-                self.runner.set_session_conf(key, value)
-            except Exception as exc:
-                failed = failed or exc
-        return failed
-
-    def user_metadata(self) -> str | None:
-        value = self.runner.session_conf(USER_METADATA)
-        if value == REDACTED:
-            # Over Thrift only SQL reads it, and Spark redacted it: it cannot be put back.
-            logger.warning(
-                f"fenced_spark: the session's {USER_METADATA} is redacted by Spark's "
-                "redaction regex when read over SQL; the fence resets it after its write"
-            )
-            return None
-        return value
-
-    @staticmethod
-    def ours(state: FenceState, commits: list[Commit], step: str | None = None) -> list[Commit]:
-        """This invocation's, node's and attempt's commits; of one step when `step` is given,
-        and then never Delta's auto compaction, which carries the tag of the write before it."""
-        own = state.tag(step or "write")
-        return [
-            c
-            for c in commits
-            if c.tag is not None
-            and own.same_run(c.tag)
-            and (step is None or (c.tag.step == step and not c.compaction))
-        ]
-
-    def foreign(self, state: FenceState, commits: list[Commit]) -> list[Commit]:
-        mine = self.ours(state, commits)
-        return [c for c in commits if c not in mine]
+    ) -> AbstractContextManager[None]:
+        return self.context.tagged(state, step, strict, token)
 
     def write(self, state: FenceState, sql: str) -> FenceResult:
         """The write, sent again (same SQL, same vB) while Delta refuses it for commits that
@@ -389,7 +290,7 @@ class Fence:
                 # Not the write: sent with the profile's query_retries, as a SET is.
                 self.runner.set_session_conf(LAST_COMMIT, None)
                 with self.single_attempt():
-                    self.watching_commits = True
+                    self.context.watching_commits = True
                     try:
                         self.runner.execute(sql)
                     except Exception as exc:
@@ -409,18 +310,20 @@ class Fence:
         seconds = self.clock() - started
         # Anything but a verdict here would read as the write's own error ("nothing was
         # written"), which may be false: the statement finished.
-        return self.from_the_log(state, lambda: self.verify(state, conflict, token, seconds))
+        return verify.from_the_log(
+            self.context, state, lambda: self.verify(state, conflict, token, seconds)
+        )
 
     def after_failed_write(self, state: FenceState, failed: Exception) -> NoReturn:
         def outcome() -> FenceResult | None:
             commits = self.commits_since(state.table, state.read_version)
-            if not self.ours(state, commits, "write"):
+            if not self.context.ours(state, commits, "write"):
                 return None
             result = self.verify(state, None)
             assert isinstance(result, FenceResult)  # ours is in the log: a verdict on it
             return result
 
-        result = self.from_the_log(state, outcome, failed)
+        result = verify.from_the_log(self.context, state, outcome, failed)
         if result is None:
             raise failed  # nothing of ours in the log: the write's own error, nothing written
         assert result.commit_version is not None  # ours is in the log
@@ -428,38 +331,10 @@ class Fence:
             state.strategy, state.display, result.commit_version, result.read_version, failed
         )
 
-    def from_the_log(
-        self, state: FenceState, verdict: Callable[[], T], failed: BaseException | None = None
-    ) -> T:
-        """The write's verdict, read from the log. A session or server lost after the write
-        (a Connect server restarted) is opened again once and the verdict read anew, unless
-        it had sent a statement (a RESTORE); if the log still cannot be read, the outcome is
-        unknown (E211), never "nothing was written"."""
-        sent = self._sent
-        try:
-            return verdict()
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            if self._sent != sent:
-                raise self.unverified(state, exc, failed) from (failed or exc)
-            first = exc
-        logger.info(
-            f"fenced {state.strategy} into {state.display}: the log could not be read after "
-            f"the write ({reason(first)}); reading it again on a new connection"
-        )
-        try:
-            self.runner.reconnect()
-            return verdict()
-        except FenceViolation:
-            raise
-        except Exception as exc:
-            raise self.unverified(state, exc, failed) from (failed or first)
-
     # The steps, each in its own module; methods here so that tests and the crash harness
     # can watch or replace one step on the Fence class.
     def capture(self, table: str) -> tuple[int, Iterator[Commit] | None]:
-        return self._timed_head(table, lambda: capture.capture(self, table))
+        return self._timed_head(table, lambda: capture.capture(self.context, table))
 
     def _timed_head(self, table: str, read: Callable[[], _Read]) -> _Read:
         started = self.clock()
@@ -478,37 +353,24 @@ class Fence:
         return replace(state, head=self._heads.get(state.table))
 
     def settled(self, table: str) -> int | None:
-        """vB without reading commits, when the node's last run left it (SqlLog.settled)."""
-        version = self.log.settled(table)
-        if version is not None:
-            # What replaced the earlier-runs search, for whoever audits a run.
-            invocation = self.verified[1] if self.verified else "?"
-            logger.debug(
-                f"fenced_spark: {table}: vB v{version} is run {invocation}'s verified commit "
-                "(run_results.json), still the newest version where that run found the table: "
-                "no earlier run to search for"
-            )
-        return version
+        return self.context.settled(table)
 
     def check_earlier_runs(
         self, state: FenceState, accepted: frozenset[int], recent: Iterator[Commit] | None = None
     ) -> None:
-        capture.check_earlier_runs(self, state, accepted, recent)
+        capture.check_earlier_runs(self.context, state, accepted, recent)
 
     def batch_applied(self, state: FenceState, recent: Iterable[Commit]) -> Commit | None:
         return batch.applied(state, recent, self.log)
 
     def latest_version(self, table: str, known: int | None = None) -> int:
-        return capture.latest_version(self, table, known)
-
-    def _latest_or_fail(self, state: FenceState) -> int:
-        return capture.latest_or_fail(self, state)
+        return self.context.latest_version(table, known)
 
     def precheck(self, state: FenceState) -> FenceState:
-        return verify.precheck(self, state)
+        return verify.precheck(self.context, state)
 
     def after_step(self, state: FenceState, step: str) -> FenceState:
-        return verify.after_step(self, state, step)
+        return verify.after_step(self.context, state, step)
 
     def verify(
         self,
@@ -517,22 +379,7 @@ class Fence:
         token: sequence.Token | None = None,
         seconds: float = 0.0,
     ) -> "FenceResult | verify.Overtaken":
-        return verify.verify(self, state, conflict, token, seconds)
-
-    @staticmethod
-    def unverified(
-        state: FenceState, error: BaseException, statement: BaseException | None = None
-    ) -> FenceUnverified:
-        return verify.unverified(state, error, statement)
+        return verify.verify(self.context, state, conflict, token, seconds)
 
     def refuse(self, state: FenceState, cause: str, our_write: Commit | None = None) -> NoReturn:
-        revert.refuse(self, state, cause, our_write)
-
-    def conflict_check(self, state: FenceState) -> ConflictCheck:
-        """The conflict analysis for `state`'s table, over this fence's log and runner. One per
-        attempt: its pre-check and verification share what it learnt of the table's columns
-        (a change to them after vB is itself a conflict, judged before they are consulted)."""
-        key = (state.table, state.read_version, state.strategy)
-        if key not in self._checks:
-            self._checks[key] = ConflictCheck(state.table, self.log, self.runner, state.strategy)
-        return self._checks[key]
+        revert.refuse(self.context, state, cause, our_write)

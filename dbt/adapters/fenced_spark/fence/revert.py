@@ -2,9 +2,10 @@
 then fail saying exactly what of ours stands."""
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from dbt.adapters.fenced_spark.fence import batch
+from dbt.adapters.fenced_spark.fence.context import FenceContext
 from dbt.adapters.fenced_spark.fence.errors import (
     BringBack,
     FenceReport,
@@ -15,9 +16,6 @@ from dbt.adapters.fenced_spark.fence.errors import (
 )
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
-
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.fence.protocol import Fence
 
 
 @dataclass(frozen=True)
@@ -45,27 +43,27 @@ def _span(commits: list[Commit]) -> str:
 
 
 def refuse(
-    fence: "Fence", state: FenceState, cause: str, our_write: Commit | None = None
+    context: FenceContext, state: FenceState, cause: str, our_write: Commit | None = None
 ) -> NoReturn:
     """Fail the node after undoing what it committed since vB, as far as that undoes
     nobody else's commit; the report says exactly what of ours stands."""
-    commits = fence.commits_since(state.table, state.read_version)
+    commits = context.commits_since(state.table, state.read_version)
     mine = [
         c
-        for c in fence.ours(state, commits)
+        for c in context.ours(state, commits)
         if c.tag and c.tag.step in OWN_STEPS and not c.compaction
     ]
     if not mine:  # nothing of ours since vB: nothing to undo
-        fail(fence, state, Outcome.NEVER_WRITTEN, fence.foreign(state, commits), cause=cause)
+        fail(context, state, Outcome.NEVER_WRITTEN, context.foreign(state, commits), cause=cause)
     if our_write is not None and our_write.changed_no_rows:
         # It committed only the fence's SetTransaction: no row of it to undo, and a RESTORE
         # would be a commit of its own, with windows of its own. Our earlier steps still are.
         mine = [c for c in mine if c.version != our_write.version]
         if not mine:
-            landed = fence.foreign(state, commits)
-            fail(fence, state, Outcome.NEVER_WRITTEN, landed, cause=cause, empty=our_write)
+            landed = context.foreign(state, commits)
+            fail(context, state, Outcome.NEVER_WRITTEN, landed, cause=cause, empty=our_write)
         our_write = None
-    revert = undo_ours(fence, state, commits)
+    revert = undo_ours(context, state, commits)
     if our_write is None:
         outcome = Outcome.NEVER_WRITTEN
     elif our_write in revert.reverted:
@@ -73,12 +71,12 @@ def refuse(
     else:
         outcome = Outcome.NOT_REVERTED
     if revert.wrote:  # the RESTOREs are ours; what landed meanwhile is read anew
-        commits = fence.commits_since(state.table, state.read_version)
+        commits = context.commits_since(state.table, state.read_version)
     fail(
-        fence,
+        context,
         state,
         outcome,
-        fence.foreign(state, commits),
+        context.foreign(state, commits),
         cause=cause,
         our_version=our_write.version if our_write else None,
         revert_version=revert.restore.version if revert.restore else None,
@@ -90,14 +88,14 @@ def refuse(
     )
 
 
-def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Revert":
+def undo_ours(context: FenceContext, state: FenceState, commits: list[Commit]) -> "Revert":
     """RESTORE over the run of our own commits at the head of the log, and only that: a
     foreign commit below or above it stays. A RESTORE that turns out to have read a foreign
     commit (one that landed after we looked) is itself undone."""
-    latest = fence.latest_version(state.table, known=commits[-1].version)
+    latest = context.latest_version(state.table, known=commits[-1].version)
     if latest != commits[-1].version:
-        commits = fence.commits_since(state.table, state.read_version)
-    own = [c for c in fence.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
+        commits = context.commits_since(state.table, state.read_version)
+    own = [c for c in context.ours(state, commits) if c.tag and c.tag.step in OWN_STEPS]
     head: list[Commit] = []
     for commit in reversed(commits):
         if commit not in own:
@@ -110,7 +108,7 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
         blocking = [c for c in commits if c not in own and c.version > newest]
         return Revert(error=f"{_span(blocking)} landed after it, so a RESTORE would undo that too")
     top = head[-1].version
-    restore, failed = tagged_restore(fence, state, head[0].version - 1, "revert", after=top)
+    restore, failed = tagged_restore(context, state, head[0].version - 1, "revert", after=top)
     if restore is None or restore.read_version is None:
         if failed:
             return Revert(error=f"the RESTORE failed: {failed}", wrote=True)
@@ -127,8 +125,8 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     # A commit landed between our look at the head and the RESTORE's snapshot, and the
     # RESTORE rolled it back with ours: restore the version it read (theirs and ours).
     read = restore.read_version
-    undo, failed = tagged_restore(fence, state, read, "revert_undo", after=restore.version)
-    log = {c.version: c for c in fence.commits_since(state.table, state.read_version)}
+    undo, failed = tagged_restore(context, state, read, "revert_undo", after=restore.version)
+    log = {c.version: c for c in context.commits_since(state.table, state.read_version)}
     slipped = [c for c in log.values() if top < c.version <= read]
     what = f"{versions(slipped) or 'a commit'} landed just before the RESTORE (v{restore.version})"
     if undo is None or undo.read_version is None:
@@ -153,7 +151,7 @@ def undo_ours(fence: "Fence", state: FenceState, commits: list[Commit]) -> "Reve
     # A compaction (no data change) taken with it is nothing lost.
     taken = [
         c
-        for c in fence.foreign(state, list(log.values()))
+        for c in context.foreign(state, list(log.values()))
         if restore.version < c.version <= undo.read_version and not c.compaction
     ]
     if not taken:
@@ -211,7 +209,7 @@ def taken_by(log: dict[int, Commit], commit: Commit, at: int) -> tuple[bool | No
 
 
 def tagged_restore(
-    fence: "Fence", state: FenceState, version: int, step: str, after: int
+    context: FenceContext, state: FenceState, version: int, step: str, after: int
 ) -> tuple[Commit | None, str | None]:
     """A tagged RESTORE that commits only on the snapshot it read (never past a commit
     that landed meanwhile): its commit, found by its tag even when the statement raised (it
@@ -219,16 +217,16 @@ def tagged_restore(
     failed = None
     try:
         # Once: a RESTORE replayed after a lost connection would commit a second time.
-        with fence.tagged(state, step, strict=True), fence.single_attempt():
-            fence.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+        with context.tagged(state, step, strict=True), context.single_attempt():
+            context.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
     except Exception as exc:
         failed = reason(exc)
-    restores = fence.ours(state, fence.commits_since(state.table, after), step)
+    restores = context.ours(state, context.commits_since(state.table, after), step)
     return (restores[-1] if restores else None), failed
 
 
 def fail(
-    fence: "Fence", state: FenceState, outcome: Outcome, landed: list[Commit], **kw: Any
+    context: FenceContext, state: FenceState, outcome: Outcome, landed: list[Commit], **kw: Any
 ) -> NoReturn:
     raise FenceViolation(
         FenceReport(

@@ -1,15 +1,17 @@
 """Steps 5 and 7: judge the commits that landed since the expected version, before the write
 (pre-check) and after it (verification), by the rules of fence/conflicts.py."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence import batch
+from dbt.adapters.fenced_spark.fence import batch, capture, revert
 from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
-from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, Outcome, reason
+from dbt.adapters.fenced_spark.fence.context import FenceContext
+from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, FenceViolation, Outcome, reason
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.sequence import Token
 from dbt.adapters.fenced_spark.fence.state import (
@@ -20,11 +22,9 @@ from dbt.adapters.fenced_spark.fence.state import (
     conflict_name,
 )
 
-if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.fence.protocol import Fence
-
-
 logger = AdapterLogger("FencedSpark")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,34 +44,34 @@ class Overtaken:
         return self.state.horizon
 
 
-def precheck(fence: "Fence", state: FenceState) -> FenceState:
+def precheck(context: FenceContext, state: FenceState) -> FenceState:
     """The commits since the expected version, judged before we write: a conflict refuses
     the node, the others are tolerated (and recorded in the state, and so in the tag)."""
-    if _just_read(fence, state):
+    if _just_read(context, state):
         logger.debug(
             f"fenced_spark: {state.display}: no pre-check: the capture read v"
             f"{state.expected_version} as the head just before, and nothing ran since"
         )
         return state
-    latest = fence._latest_or_fail(state)
+    latest = capture.latest_or_fail(context, state)
     if latest == state.expected_version:
         return state
-    commits = fence.commits_since(state.table, state.expected_version)
-    return judge(fence, state, commits, "pre-check", found=latest)
+    commits = context.commits_since(state.table, state.expected_version)
+    return judge(context, state, commits, "pre-check", found=latest)
 
 
-def _just_read(fence: "Fence", state: FenceState) -> bool:
+def _just_read(context: FenceContext, state: FenceState) -> bool:
     """The capture read the head at the expected version, nothing ran since (fence_write
     drops `head` otherwise), and less time passed than that read took: a pre-check would move
     the start of the window verification covers by about as much as it delays the write."""
     if state.head is None:
         return False
     version, ended, took = state.head
-    return version == state.expected_version and fence.clock() - ended <= took
+    return version == state.expected_version and context.clock() - ended <= took
 
 
 def judge(
-    fence: "Fence",
+    context: FenceContext,
     state: FenceState,
     commits: list[Commit],
     check: str,
@@ -79,12 +79,13 @@ def judge(
     found: int | None = None,
 ) -> FenceState:
     """Every foreign commit in `commits` not judged yet: refuse at the first conflict."""
-    todo = _unjudged(fence, state, commits)
+    todo = _unjudged(context, state, commits)
     if not todo:
         return state
     if state.isolation == VERSION:
         found = todo[-1].version if found is None else found
-        fence.refuse(
+        revert.refuse(
+            context,
             state,
             f"{check}: expected v{state.expected_version}, found v{found} "
             "(fence_isolation: 'version' refuses any commit after it)",
@@ -92,26 +93,26 @@ def judge(
         )
     # Another run's write of this batch conflicts whatever it changed (fence/batch.py).
     first_twin = next((i for i, c in enumerate(todo) if batch.twin(state, c)), len(todo))
-    checked = fence.conflict_check(state).judge(todo[:first_twin], state.scope)
+    checked = context.conflict_check(state).judge(todo[:first_twin], state.scope)
     if first_twin < len(todo) and first_conflict(checked) is None:
         why = f"it applied this model's batch {state.batch!r} (fence_batch_id) too"
         checked.append(Judgement(todo[first_twin], True, why))
     judged = replace(state, judged=state.judged + tuple(checked))
     conflict = first_conflict(judged.judged)
     if conflict is not None:
-        fence.refuse(judged, f"{check}: {conflict.describe()}", our_write)
+        revert.refuse(context, judged, f"{check}: {conflict.describe()}", our_write)
     return judged
 
 
-def after_step(fence: "Fence", state: FenceState, step: str) -> FenceState:
+def after_step(context: FenceContext, state: FenceState, step: str) -> FenceState:
     """Our step ran strict, on top of whatever it read: the foreign commits below it must
     not conflict (any data change does: a step's writes are arbitrary SQL), and the next
     step expects its last commit."""
-    commits = fence.commits_since(state.table, state.expected_version)
-    mine = fence.ours(state, commits, step)
+    commits = context.commits_since(state.table, state.expected_version)
+    mine = context.ours(state, commits, step)
     below = [c for c in commits if not mine or c.version < mine[-1].version]
     step_state = replace(state, scope=STEPS)
-    judged = judge(fence, step_state, below, f"{step} step")
+    judged = judge(context, step_state, below, f"{step} step")
     state = replace(state, judged=judged.judged)
     if not mine:
         return state
@@ -119,31 +120,31 @@ def after_step(fence: "Fence", state: FenceState, step: str) -> FenceState:
     # builds on it as on our own commit.
     expected = mine[-1].version
     for commit in commits:
-        if commit.version == expected + 1 and commit.compaction and fence.ours(state, [commit]):
+        if commit.version == expected + 1 and commit.compaction and context.ours(state, [commit]):
             expected = commit.version
     return replace(state, expected_version=expected)
 
 
 def verify(
-    fence: "Fence",
+    context: FenceContext,
     state: FenceState,
     conflict: BaseException | None,
     token: Token | None = None,
     seconds: float = 0.0,
 ) -> FenceResult | Overtaken:
-    if conflict is None and (result := session_commit(fence, state)) is not None:
+    if conflict is None and (result := session_commit(context, state)) is not None:
         return result
-    commits = fence.commits_since(state.table, state.read_version)
-    ours = fence.ours(state, commits, "write")
+    commits = context.commits_since(state.table, state.read_version)
+    ours = context.ours(state, commits, "write")
     if not ours:
         # With a token, a write that changed nothing commits too: none means refused, by
         # Delta's check of the token or its conflict detection, for what landed meanwhile.
         if conflict is not None or (token and any(c.version > state.horizon for c in commits)):
-            return refused_inside(fence, state, commits, conflict, token, seconds)
+            return refused_inside(context, state, commits, conflict, token, seconds)
         # An unchanged table makes no commit: nothing to verify, nothing lost. Unless the
         # table went away after the write, taking our commit with it: that is not "no change",
         # nor a refusal.
-        latest = fence.latest_version(state.table, known=state.expected_version)
+        latest = context.latest_version(state.table, known=state.expected_version)
         if latest < 0:
             raise DbtRuntimeError("the table's Delta log is gone: dropped after the write")
         if latest < state.expected_version:
@@ -160,20 +161,20 @@ def verify(
             Outcome.NO_CHANGE,
             state.attempt,
             tuple(state.tolerated),
-            own_steps(fence, state, commits),
+            own_steps(context, state, commits),
         )
     our = ours[-1]
     built_on = our.read_version if our.read_version is not None else -1
     if built_on < state.expected_version or (state.strict and built_on != our.version - 1):
-        fence.refuse(state, _expected(state, our, "post-write verification"), our)
+        revert.refuse(context, state, _expected(state, our, "post-write verification"), our)
     # Strict: every commit below ours. Merge: Delta's own check covered the commits during
     # the MERGE against what the MERGE read at its snapshot, but not the node's reads at
     # vB: every commit below ours too, or under 'version' those up to its snapshot.
     top = built_on if state.isolation == VERSION and not state.strict else our.version - 1
     below = [c for c in commits if state.expected_version < c.version <= top]
     state = judge(
-        fence,
-        _as_written(fence, state, our, below),
+        context,
+        _as_written(context, state, our, below),
         below,
         "post-write verification",
         our_write=our,
@@ -184,13 +185,13 @@ def verify(
         Outcome.COMMITTED,
         state.attempt,
         tuple(state.tolerated),
-        own_steps(fence, state, commits),
+        own_steps(context, state, commits),
         our,
     )
 
 
 def refused_inside(
-    fence: "Fence",
+    context: FenceContext,
     state: FenceState,
     commits: list[Commit],
     conflict: BaseException | None,
@@ -201,7 +202,7 @@ def refused_inside(
     token skipped it. Nothing of it was written. The commits after the pre-check's horizon
     are judged: a conflict refuses the node (fence_retries may retry), none sends it again."""
     horizon = state.horizon
-    landed = [c for c in fence.foreign(state, commits) if c.version > horizon]
+    landed = [c for c in context.foreign(state, commits) if c.version > horizon]
     if conflict is not None:
         check = f"Delta's conflict detection during the write ({conflict_name(conflict)})"
     else:
@@ -213,32 +214,34 @@ def refused_inside(
         # Only Delta's error brings us here: from a snapshot older than the pre-check's (a
         # staleness limit), over commits the pre-check judged no conflict.
         return Overtaken(state, "commits the pre-check judged no conflict", True, seconds)
-    judged = judge(fence, state, landed, check)
+    judged = judge(context, state, landed, check)
     explained = conflict is not None or (token is not None and any(map(token.explains, landed)))
     named = ", ".join(c.describe() for c in landed[:2])
     more = f" and {len(landed) - 2} more" if len(landed) > 2 else ""
     return Overtaken(judged, named + more, explained, seconds)
 
 
-def session_commit(fence: "Fence", state: FenceState) -> FenceResult | None:
+def session_commit(context: FenceContext, state: FenceState) -> FenceResult | None:
     """Our write verified without reading the log, when Delta says this session's write
     committed the version right above the expected one: the pre-check (or the capture just
     before) found the table at the expected version, so the write read it and nothing landed
     in between. Anything else (no commit, a commit higher up, Delta's auto compaction after
     ours, our own steps to list, a new session that never saw the write) is read from the log."""
-    if not fence.watching_commits or state.expected_version != state.read_version:
+    if not context.watching_commits or state.expected_version != state.read_version:
         return None
-    value = fence.runner.session_conf(LAST_COMMIT)
+    value = context.runner.session_conf(LAST_COMMIT)
     if value is None or not value.isdigit() or int(value) != state.expected_version + 1:
         return None
     return FenceResult(state.read_version, int(value), Outcome.COMMITTED, state.attempt)
 
 
-def own_steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple[Commit, ...]:
+def own_steps(
+    context: FenceContext, state: FenceState, commits: list[Commit]
+) -> tuple[Commit, ...]:
     """The node's step commits in `commits` (pre-hook, schema change, compile time), with
     Delta's auto compaction after one (it carries the step's tag); not the write, nor a
     compaction after it."""
-    mine = fence.ours(state, commits)
+    mine = context.ours(state, commits)
     write = next(
         (c.version for c in mine if c.tag and c.tag.step == "write" and not c.compaction), None
     )
@@ -247,7 +250,9 @@ def own_steps(fence: "Fence", state: FenceState, commits: list[Commit]) -> tuple
     )
 
 
-def _as_written(fence: "Fence", state: FenceState, our: Commit, below: list[Commit]) -> FenceState:
+def _as_written(
+    context: FenceContext, state: FenceState, our: Commit, below: list[Commit]
+) -> FenceState:
     """After a MERGE, the keys it wrote are the keys of the rows its commit changed: exact,
     where the model SQL (or its staging view) would be evaluated once more. Every commit below
     ours that a check before the write tolerated on the prediction of those keys (the model's
@@ -255,14 +260,14 @@ def _as_written(fence: "Fence", state: FenceState, our: Commit, below: list[Comm
     no tolerance stands that the rows written do not confirm."""
     if not state.scope.keys or state.scope.source_verb == "wrote":
         return state
-    foreign = {c.version for c in fence.foreign(state, below)}
+    foreign = {c.version for c in context.foreign(state, below)}
     predicted = {j.commit.version for j in state.tolerated if j.commit.version in foreign}
-    if not predicted and not _unjudged(fence, state, below):
+    if not predicted and not _unjudged(context, state, below):
         return state
     # The rest of what was judged stands: conflicts, and commits judged outside `below`.
     kept = tuple(j for j in state.judged if j.commit.version not in predicted)
     try:
-        written = fence.conflict_check(state).changed_rows(our.version)
+        written = context.conflict_check(state).changed_rows(our.version)
     except Exception as exc:
         why = f"the rows our write changed could not be read ({reason(exc)})"
         scope = replace(state.scope, any_change=True, why_any=why)
@@ -271,10 +276,42 @@ def _as_written(fence: "Fence", state: FenceState, our: Commit, below: list[Comm
     return replace(state, scope=scope, judged=kept)
 
 
-def _unjudged(fence: "Fence", state: FenceState, commits: list[Commit]) -> list[Commit]:
+def _unjudged(context: FenceContext, state: FenceState, commits: list[Commit]) -> list[Commit]:
     """The foreign commits in `commits` that no check of this attempt has judged yet."""
     known = {j.commit.version for j in state.judged}
-    return [c for c in fence.foreign(state, commits) if c.version not in known]
+    return [c for c in context.foreign(state, commits) if c.version not in known]
+
+
+def from_the_log(
+    context: FenceContext,
+    state: FenceState,
+    verdict: Callable[[], T],
+    failed: BaseException | None = None,
+) -> T:
+    """The write's verdict, read from the log. A session or server lost after the write
+    (a Connect server restarted) is opened again once and the verdict read anew, unless
+    it had sent a statement (a RESTORE); if the log still cannot be read, the outcome is
+    unknown (E211), never "nothing was written"."""
+    sent = context.sent
+    try:
+        return verdict()
+    except FenceViolation:
+        raise
+    except Exception as exc:
+        if context.sent != sent:
+            raise unverified(state, exc, failed) from (failed or exc)
+        first = exc
+    logger.info(
+        f"fenced {state.strategy} into {state.display}: the log could not be read after "
+        f"the write ({reason(first)}); reading it again on a new connection"
+    )
+    try:
+        context.runner.reconnect()
+        return verdict()
+    except FenceViolation:
+        raise
+    except Exception as exc:
+        raise unverified(state, exc, failed) from (failed or first)
 
 
 def unverified(
