@@ -89,6 +89,66 @@ class TestNoDataChangeClaim:
         ), message
 
 
+# The counter in a partitioned table, beside a row of another partition.
+PARTITIONED_COUNTER = """
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id',
+          partition_by=['p']) }}
+{% if is_incremental() %}
+select 0 as id, n + 1 as n, 'a' as p from {{ this }} where id = 0
+{% else %}
+select 0 as id, 0 as n, 'a' as p union all select 1 as id, 100 as n, 'b' as p
+{% endif %}
+"""
+
+
+class TestNoDataChangeClaimOnAPartition:
+    """The hostile review over Thrift and Connect (2026-12-03): a partition rewritten with
+    `dataChange: false` from a session without metrics writes its removes with row counts, as
+    many as it adds, so the counts agreed and the claim stood: the foreign +10 was lost, and
+    the log said "marked no data change by its writer"."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"counter.sql": PARTITIONED_COUNTER}
+
+    @pytest.mark.parametrize(
+        "rewrite",
+        [
+            "insert overwrite {t} with ('dataChange' = 'false') partition (p = 'a') "
+            "select id, n + 10 from {t} where p = 'a'",
+            "insert into {t} with ('dataChange' = 'false') replace where p = 'a' "
+            "select id, n + 10, p from {t} where p = 'a'",
+        ],
+        ids=["static_partition", "replace_where"],
+    )
+    def test_refused_with_a_true_reason(self, project, spark, monkeypatch, rewrite):
+        run_dbt(["run", "--full-refresh"])
+        table = f"{project.test_schema}.counter"
+        vb = history(spark, table)[-1].version
+        statements = ["set spark.databricks.delta.history.metricsEnabled=false"]
+        at = ForeignAt(monkeypatch, spark, "vb", [*statements, rewrite.format(t=table)])
+        results, _ = run_dbt_and_capture(["run"], expect_pass=False)
+        assert at.fired == 1
+        after = _after(spark, table, vb)
+        assert [e.operation for e in after] == ["WRITE"] and after[0].tag is None, _ops(after)
+        actions = commit_actions(spark, table, vb + 1)
+        info = next(b for k, b in actions if k == "commitInfo")
+        assert not info.get("operationMetrics"), info  # the writer recorded no metrics
+        counts = {
+            k: json.loads(b["stats"])["numRecords"] for k, b in actions if k in ("add", "remove")
+        }
+        assert counts == {"add": 1, "remove": 1}, counts  # the counts agree
+        assert all(b["dataChange"] is False for k, b in actions if k in ("add", "remove"))
+        assert rows(spark, f"select id, n from {table} order by id") == [(0, 10), (1, 100)]
+        message = results.results[0].message
+        assert "never written" in message
+        assert (
+            f"v{vb + 1} WRITE: marked no data change by its writer, yet its writer recorded no "
+            "metrics, and row counts alone do not show its rows unchanged: changed rows in "
+            "partition p=a" in message
+        ), message
+
+
 # Orders due by now, from an upstream table: the model never reads {{ this }}; what it writes
 # depends on when it is evaluated.
 DUE = """

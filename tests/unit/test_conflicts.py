@@ -453,7 +453,7 @@ def test_a_rewrite_marked_no_data_change_is_the_writers_claim():
     compactions = [
         [info("OPTIMIZE", numRemovedFiles=2), remove("a", False, 1), remove("b", False, 1)]
         + [add("c", False, 2)],
-        [info("REORG"), dv, add("e", False, 1)],
+        [info("REORG", numRemovedFiles=1, numAddedFiles=1), dv, add("e", False, 1)],
         # Files re-added as they were (new stats, row ids): nothing removed, nothing written.
         [info("COMPUTE STATS"), add("a", False, 3)],
     ]
@@ -462,6 +462,16 @@ def test_a_rewrite_marked_no_data_change_is_the_writers_claim():
         verdict = judge({5: lines}, Scope(reads=(ReadFilter(None),)), probe)
         assert not verdict.conflict and verdict.why == "marked no data change by its writer"
         assert probe.asked == [], lines  # no Spark job for a compaction
+    # The same OPTIMIZE from a writer with history metrics off: its counts agree, but so would
+    # a partition rewritten with one row changed; its rows are read, and found unchanged.
+    probe = Probe()
+    unmetered = [info("OPTIMIZE"), *compactions[0][1:]]
+    verdict = judge({5: unmetered}, Scope(reads=(ReadFilter(None),)), probe)
+    assert not verdict.conflict and verdict.why == (
+        "marked no data change by its writer, yet its writer recorded no metrics, and row "
+        "counts alone do not show its rows unchanged: rewrote files without changing a row"
+    )
+    assert any("VERSION AS OF" in q for q in probe.asked)
 
 
 def test_a_claim_of_no_data_change_that_its_counts_contradict_is_judged_as_a_data_change():
@@ -496,6 +506,14 @@ def test_a_claim_of_no_data_change_that_its_counts_contradict_is_judged_as_a_dat
             info("WRITE"),
             remove("a", False),
             add("b", False),
+        ],
+        # A partition rewritten so (INSERT OVERWRITE ... PARTITION, or REPLACE WHERE on a
+        # partition column) from such a session: its removes carry row counts, as many as it
+        # added, and one of them changed (the hostile review over Thrift, 2026-12-03).
+        "its writer recorded no metrics, and row counts alone do not show its rows unchanged": [
+            info("WRITE"),
+            remove("a", False, 1),
+            add("b", False, 1),
         ],
         # INSERT INTO ... WITH ('dataChange' = 'false')
         "it wrote 1 row (numOutputRows) and removed no file": [

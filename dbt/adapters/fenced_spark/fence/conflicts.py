@@ -274,6 +274,10 @@ def claim_doubt(actions: Actions) -> str | None:
     added = files.rows_added
     if added is not None and added != removed:
         return f"the files it removed hold {_rows(removed)} and those it added {added}"
+    if not actions.metrics:
+        # From a writer with metrics off that kept the files' counts: a partition rewritten
+        # WITH ('dataChange' = 'false') removes and adds as many rows as it changes.
+        return "its writer recorded no metrics, and row counts alone do not show its rows unchanged"
     return None
 
 
