@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.lakehouse import READERS, FenceRunner, Lakehouse, strict_append
-from dbt.adapters.fenced_spark.fence.errors import Outcome
+from dbt.adapters.fenced_spark.fence.outcome import Outcome
 
 SCHEMA = "bench_history"
 TEMPLATE_VERSION = 20  # Delta's own empty commit and checkpoint, copied from here on

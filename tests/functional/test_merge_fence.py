@@ -5,7 +5,8 @@ import json
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation
+from dbt.adapters.fenced_spark.fence.outcome import Outcome
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.conftest import SERVERS, profile_target

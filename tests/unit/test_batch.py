@@ -7,8 +7,9 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.conflicts import Judgement
-from dbt.adapters.fenced_spark.fence.errors import FenceReport, Outcome
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
+from dbt.adapters.fenced_spark.fence.outcome import Outcome
+from dbt.adapters.fenced_spark.fence.report import FenceReport
 from dbt.adapters.fenced_spark.fence.state import FenceState
 
 STATE = FenceState(

@@ -4,15 +4,11 @@ from contextlib import nullcontext
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence.errors import (
-    FenceReport,
-    FenceViolation,
-    Outcome,
-    first_lines,
-    reason,
-)
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
+from dbt.adapters.fenced_spark.fence.outcome import Outcome, first_lines, reason
 from dbt.adapters.fenced_spark.fence.protocol import conflict_name, set_conf_sql
+from dbt.adapters.fenced_spark.fence.report import FenceReport
 
 LANDED = [Commit(13, "UPDATE", 12, None, user_name="ana", engine_info="Spark")]
 
@@ -112,7 +108,7 @@ def test_spent_retries_name_no_writer_where_an_attempt_saw_no_commit_land():
 def test_revert_reason_is_the_engines_line_not_dbts_header():
     from dbt_common.exceptions import DbtRuntimeError
 
-    from dbt.adapters.fenced_spark.fence.errors import reason
+    from dbt.adapters.fenced_spark.fence.outcome import reason
 
     error = DbtRuntimeError(
         "[DELTA_CONCURRENT_WRITE] ConcurrentWriteException: a commit landed\nat x"
@@ -130,7 +126,7 @@ def nested(message: str):
 
 
 def test_engine_message_drops_every_runtime_error_header():
-    from dbt.adapters.fenced_spark.fence.errors import engine_message, reason
+    from dbt.adapters.fenced_spark.fence.outcome import engine_message, reason
 
     error = nested("[DELTA_X] first line\n  indented detail")
     assert str(error).splitlines()[:2] == ["Runtime Error", "  Runtime Error"]
@@ -249,7 +245,7 @@ def test_no_commit_of_ours_on_a_replaced_table_is_not_no_change():
 
 
 def test_a_snapshot_is_called_a_snapshot_and_never_told_to_full_refresh():
-    from dbt.adapters.fenced_spark.fence.errors import Gone
+    from dbt.adapters.fenced_spark.fence.outcome import Gone
 
     snap = FenceReport("snapshot", "s.snap", 12, Outcome.NEVER_WRITTEN, LANDED)
     text = str(FenceViolation(snap))

@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from dbt.adapters.fenced_spark.fence import sequence
-from dbt.adapters.fenced_spark.fence.errors import FenceViolation, Outcome
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit, SqlHistory
+from dbt.adapters.fenced_spark.fence.outcome import Outcome
 from dbt.adapters.fenced_spark.fence.protocol import MAX_SENDS, USER_METADATA, Fence, FenceState
 from tests.unit.delta_fake import FakeTable
 

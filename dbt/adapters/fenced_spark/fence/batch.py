@@ -19,7 +19,7 @@ from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.state import FenceState
 
 if TYPE_CHECKING:
-    from dbt.adapters.fenced_spark.fence.errors import FenceReport
+    from dbt.adapters.fenced_spark.fence.report import FenceReport
 
 __all__ = ["LOOKBACK", "applied", "applied_by", "batch_id", "no_retry", "twin"]
 

@@ -27,15 +27,13 @@ from dbt.adapters.fenced_spark.fence.context import LOOKBACK, FenceContext
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
     FenceError,
-    FenceReport,
     FenceSessionTxn,
     FenceViolation,
     FenceWriteRefused,
-    engine_message,
-    first_lines,
-    reason,
 )
 from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, SqlHistory
+from dbt.adapters.fenced_spark.fence.outcome import engine_message, first_lines, reason
+from dbt.adapters.fenced_spark.fence.report import FenceReport
 from dbt.adapters.fenced_spark.fence.state import (
     LAST_COMMIT,
     MAX_COMMIT_ATTEMPTS,

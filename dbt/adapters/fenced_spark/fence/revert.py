@@ -6,15 +6,10 @@ from typing import Any, NoReturn
 
 from dbt.adapters.fenced_spark.fence import batch
 from dbt.adapters.fenced_spark.fence.context import FenceContext
-from dbt.adapters.fenced_spark.fence.errors import (
-    BringBack,
-    FenceReport,
-    FenceViolation,
-    Outcome,
-    reason,
-    versions,
-)
+from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.outcome import Outcome, reason, versions
+from dbt.adapters.fenced_spark.fence.report import BringBack, FenceReport
 from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
 
 
