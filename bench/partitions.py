@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.lakehouse import FenceRunner, Lakehouse
-from dbt.adapters.fenced_spark.fence.conflicts import Scope
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.footprint import read_filters
 from dbt.adapters.fenced_spark.fence.protocol import FenceState
 from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads
+from dbt.adapters.fenced_spark.fence.scope import Scope
 
 SCHEMA = "bench_partitions"
 SOURCE = f"{SCHEMA}.source"

@@ -6,10 +6,10 @@ import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch
-from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Outcome
 from dbt.adapters.fenced_spark.fence.report import FenceReport
+from dbt.adapters.fenced_spark.fence.scope import Judgement
 from dbt.adapters.fenced_spark.fence.state import FenceState
 
 STATE = FenceState(

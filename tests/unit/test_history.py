@@ -2,8 +2,8 @@
 
 import datetime
 
-from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Scope
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag, parse_history
+from dbt.adapters.fenced_spark.fence.scope import STEPS, Scope
 from dbt.adapters.fenced_spark.fence.state import SNAPSHOT, VERSION, FenceState
 
 COLUMNS = [

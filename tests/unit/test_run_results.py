@@ -4,11 +4,11 @@ run_results.json (dbt writes `{}` for a node that raised)."""
 import json
 from dataclasses import replace
 
-from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Gone, Outcome
 from dbt.adapters.fenced_spark.fence.report import FenceReport
+from dbt.adapters.fenced_spark.fence.scope import Judgement
 from dbt.adapters.fenced_spark.run_results import FenceResponses, LastRun, last_runs
 
 UPDATE = Commit(13, "UPDATE", 12, None)

@@ -8,11 +8,11 @@ from dataclasses import replace
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import revert
-from dbt.adapters.fenced_spark.fence.conflicts import STEPS, first_conflict, scope_from_json
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK, RESETS, FenceContext
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Gone, Outcome, reason
+from dbt.adapters.fenced_spark.fence.scope import STEPS, first_conflict, scope_from_json
 from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
 
 # What Spark and Delta say when a table is gone, or is no longer Delta.

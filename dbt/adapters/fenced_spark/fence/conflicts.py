@@ -12,340 +12,31 @@ against the node's footprint: the filters of its reads of the target, the keys i
 range it replaces. Whatever cannot be decided is a conflict.
 """
 
-import json
-import posixpath
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
-from urllib.parse import unquote
+from collections.abc import Sequence
+from dataclasses import replace
 
-from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
-from dbt.adapters.fenced_spark.fence.history import Commit, checksum_file
+from dbt.adapters.fenced_spark.fence.actions import (
+    ActionReader,
+    Actions,
+    RowProbe,
+    as_data,
+    claim_doubt,
+    parse_actions,
+)
+from dbt.adapters.fenced_spark.fence.definitions import TableDefinitions, first_line
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.partitions import (
     MAX_PARTITIONS,
-    PartitionValues,
     partition_only,
     partition_types,
     quote_sql_string,
     values_sql,
 )
-from dbt.adapters.fenced_spark.fence.sql_log import delta_log
+from dbt.adapters.fenced_spark.fence.scope import Judgement, Scope
 from dbt.adapters.fenced_spark.relation import quote_name
 
 # Partition column types whose rows Spark may read padded (CHAR(n) describes as one of them).
 TEXT_TYPES = ("string", "char", "varchar")
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What the node read of its target and what it writes there."""
-
-    reads: tuple[ReadFilter, ...] = ()
-    # merge, insert: the unique_key columns, and the rows whose keys it writes: the staged
-    # source before the write, the rows its own commit changed after it; and its
-    # incremental_predicates on the target, which narrow the keys it can touch.
-    keys: tuple[str, ...] = ()
-    source: str | None = None
-    source_verb: str = "writes"
-    key_predicates: tuple[str, ...] = ()
-    # replace_where, microbatch: the predicates of the range it replaces (ANDed).
-    replaces: tuple[str, ...] = ()
-    # Refused by any data change: append_if_unchanged by its name, and whatever this module
-    # cannot bound (snapshots, our own pre-hook steps, whose writes are arbitrary SQL).
-    any_change: bool = False
-    why_any: str = ""
-
-
-def scope_json(scope: Scope) -> str:
-    """The scope as the write's tag records it, for a later run to judge the commits that
-    landed while the write ran (its verdict is not in the log)."""
-    data = {
-        "reads": [r.predicate for r in scope.reads],
-        "replaces": list(scope.replaces),
-        "keys": list(scope.keys),
-        "key_predicates": list(scope.key_predicates),
-        "any_change": scope.any_change,
-        "why_any": scope.why_any,
-    }
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def scope_from_json(text: str) -> Scope:
-    data = json.loads(text)
-    return Scope(
-        reads=tuple(ReadFilter(p) for p in data.get("reads") or ()),
-        replaces=tuple(data.get("replaces") or ()),
-        keys=tuple(data.get("keys") or ()),
-        key_predicates=tuple(data.get("key_predicates") or ()),
-        any_change=bool(data.get("any_change")),
-        why_any=str(data.get("why_any") or ""),
-    )
-
-
-# Until the write says what it touches, and for the node's own pre-hook and schema-change
-# statements (arbitrary SQL), any data change conflicts.
-STEPS = Scope(
-    any_change=True,
-    why_any="this run's own pre-hook or schema-change steps write the table, rows unknown",
-)
-
-
-@dataclass(frozen=True)
-class Judgement:
-    commit: Commit
-    conflict: bool
-    why: str
-    # Its rows could not be compared with what the node read or writes: the query failed,
-    # which may be the model SQL's own fault (a unique_key it lacks).
-    undecided: bool = False
-
-    def describe(self) -> str:
-        return f"v{self.commit.version} {self.commit.operation}: {self.why}"
-
-
-@dataclass
-class Actions:
-    """One commit's actions, as far as conflicts go."""
-
-    added: list[str] = field(default_factory=list)  # data files with dataChange, by name
-    removed: list[str] = field(default_factory=list)
-    partitions: set[str] = field(default_factory=set)  # "p=a" of every data-changing file
-    partition_values: set[PartitionValues] = field(default_factory=set)
-    # A file without partitionValues (optional on `remove` in Delta's protocol): its values,
-    # and so the commit's, are unknown.
-    partition_values_unknown: bool = False
-    # The rows the files added and removed hold (their stats' numRecords, less the rows a
-    # deletion vector deletes); None once one of them does not say.
-    rows_added: int | None = 0
-    rows_removed: int | None = 0
-    table_changes: list[str] = field(default_factory=list)  # a user's domain, an unknown action
-    # The table's definition as the commit writes it; compared with the table's before it.
-    metadata: dict[str, Any] | None = None
-    protocol: dict[str, Any] | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # commitInfo.operationMetrics
-    # The files marked `dataChange: false` by the commit's writer (a compaction's), apart.
-    rearranged: "Actions | None" = None
-
-    @property
-    def data_change(self) -> bool:
-        return bool(self.added or self.removed)
-
-    def _file(self, kind: str, body: Mapping[str, Any]) -> None:
-        name = unquote(posixpath.basename(str(body["path"])))
-        (self.added if kind == "add" else self.removed).append(name)
-        values = body.get("partitionValues") or {}
-        self.partition_values.add(tuple(sorted(values.items())))
-        if not isinstance(body.get("partitionValues"), dict):
-            self.partition_values_unknown = True
-        self.partitions.add(
-            ", ".join(f"{k}={'null' if v is None else v}" for k, v in sorted(values.items()))
-            or "unpartitioned"
-        )
-        rows = _live_rows(body)
-        if kind == "add":
-            self.rows_added = (
-                None if rows is None or self.rows_added is None else self.rows_added + rows
-            )
-        else:
-            self.rows_removed = (
-                None if rows is None or self.rows_removed is None else self.rows_removed + rows
-            )
-
-
-def _live_rows(body: Mapping[str, Any]) -> int | None:
-    """The rows a file action's file holds for the table: its stats' numRecords, less those
-    its deletion vector deletes. None when its stats do not say (optional on a remove)."""
-    try:
-        stats = body.get("stats")
-        records = json.loads(stats).get("numRecords") if isinstance(stats, str) else None
-        deleted = (body.get("deletionVector") or {}).get("cardinality", 0)
-        return None if records is None else int(records) - int(deleted)
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
-# Actions that say nothing about rows or the table's definition. Delta's own domains
-# (`delta.*`: row tracking's high-water mark, clustering) move with data changes checked
-# through the files; a user's domain is the user's meaning, so it conflicts.
-_NEUTRAL = {"txn", "cdc", "checkpointMetadata", "sidecar"}
-
-
-def parse_actions(lines: Iterable[str]) -> Actions:
-    actions = Actions()
-    rearranged = Actions()
-    for line in lines:
-        if not line.strip():
-            continue
-        for kind, body in json.loads(line).items():
-            if kind in ("add", "remove"):
-                # Delta's protocol requires dataChange; a file that does not say changed data.
-                marked = body.get("dataChange", True) is False
-                (rearranged if marked else actions)._file(kind, body)
-            elif kind == "metaData":
-                actions.metadata = body
-            elif kind == "protocol":
-                actions.protocol = body
-            elif kind == "commitInfo":
-                metrics = body.get("operationMetrics")
-                actions.metrics = metrics if isinstance(metrics, dict) else {}
-            elif kind == "domainMetadata":
-                domain = str(body.get("domain", ""))
-                if not domain.startswith("delta."):
-                    actions.table_changes.append(f"domainMetadata {domain}")
-            elif kind not in _NEUTRAL:
-                actions.table_changes.append(kind)
-    if rearranged.data_change:
-        actions.rearranged = rearranged
-    return actions
-
-
-def _as_data(actions: Actions) -> Actions:
-    """The commit with the files its writer marked `dataChange: false` judged as data files
-    too: its claim is not borne out, or the commit mixes both kinds."""
-    other = actions.rearranged
-    if other is None:
-        return actions
-    return replace(
-        actions,
-        added=actions.added + other.added,
-        removed=actions.removed + other.removed,
-        partitions=actions.partitions | other.partitions,
-        partition_values=actions.partition_values | other.partition_values,
-        partition_values_unknown=actions.partition_values_unknown or other.partition_values_unknown,
-        rearranged=None,
-    )
-
-
-# Metrics of rows a commit deleted, updated or inserted: a rewrite that changes no row has
-# none of them (OPTIMIZE, REORG and auto compaction report files and bytes only).
-_ROW_METRICS = {
-    "numDeletedRows": "deleted",
-    "numUpdatedRows": "updated",
-    "numInsertedRows": "inserted",
-    "numTargetRowsInserted": "inserted",
-    "numTargetRowsUpdated": "updated",
-    "numTargetRowsDeleted": "deleted",
-    "numTargetRowsMatchedUpdated": "updated",
-    "numTargetRowsMatchedDeleted": "deleted",
-    "numTargetRowsNotMatchedBySourceUpdated": "updated",
-    "numTargetRowsNotMatchedBySourceDeleted": "deleted",
-}
-
-
-def _rows(count: int) -> str:
-    return f"{count} row{'' if count == 1 else 's'}"
-
-
-def _metric(metrics: Mapping[str, Any], key: str) -> int | None:
-    try:
-        return int(metrics[key])
-    except (KeyError, ValueError, TypeError):
-        return None
-
-
-def claim_doubt(actions: Actions) -> str | None:
-    """What in a commit marked `dataChange: false` contradicts its writer's claim, from the
-    log alone (no Spark job): its metrics count rows deleted, updated or inserted, or the
-    rows it wrote are not the rows of the files it removed. None: nothing does."""
-    files = actions.rearranged
-    if files is None:
-        return None
-    for key, verb in _ROW_METRICS.items():
-        count = _metric(actions.metrics, key)
-        if count:
-            return f"its metrics count {_rows(count)} {verb} ({key})"
-    written = _metric(actions.metrics, "numOutputRows")
-    removed = files.rows_removed
-    if not files.removed:
-        if written:
-            return f"it wrote {_rows(written)} (numOutputRows) and removed no file"
-        return None  # files re-added as they were (new stats, row ids), or nothing said
-    if removed is None:
-        if written is not None:
-            return (
-                f"it wrote {_rows(written)} (numOutputRows) in place of files whose rows "
-                "its log does not count"
-            )
-        # Neither its metrics nor the files it removed count rows (a writer with history
-        # metrics off): the claim cannot be checked from the log, so its rows are read.
-        return "its log counts none of the rows of the files it removed"
-    if written is not None and written != removed:
-        return f"the files it removed hold {_rows(removed)} and it wrote {written} (numOutputRows)"
-    added = files.rows_added
-    if added is not None and added != removed:
-        return f"the files it removed hold {_rows(removed)} and those it added {added}"
-    if not actions.metrics:
-        # From a writer with metrics off that kept the files' counts: a partition rewritten
-        # WITH ('dataChange' = 'false') removes and adds as many rows as it changes.
-        return "its writer recorded no metrics, and row counts alone do not show its rows unchanged"
-    return None
-
-
-# Fields of a `metaData` action that change nothing a reader or writer of the table relies
-# on: a RESTORE across a CREATE OR REPLACE writes the older createdTime, one across a
-# COMMENT ON TABLE the older description.
-_DOCUMENTATION = {"createdTime", "description", "name"}
-_METADATA_LABELS = {
-    "id": "table id",
-    "format": "format",
-    "schemaString": "schema",
-    "partitionColumns": "partition columns",
-}
-
-
-def metadata_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """What a `metaData` action changes against the table's before it, by field: the schema
-    (as JSON, not as text), the partition columns, each property, the format, the id."""
-    changed = []
-    for key in sorted((before.keys() | after.keys()) - _DOCUMENTATION):
-        old, new = before.get(key), after.get(key)
-        if key == "schemaString":
-            old, new = _json(old), _json(new)
-        if key == "configuration":
-            old, new = old or {}, new or {}
-            keys = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-            if keys:
-                more = ", ..." if len(keys) > 3 else ""
-                changed.append(f"properties {', '.join(keys[:3])}{more}")
-        elif old != new:
-            changed.append(_METADATA_LABELS.get(key, key))
-    return changed
-
-
-def _json(text: Any) -> Any:
-    try:
-        return json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return text
-
-
-def protocol_key(protocol: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (
-        protocol.get("minReaderVersion"),
-        protocol.get("minWriterVersion"),
-        sorted(protocol.get("readerFeatures") or ()),
-        sorted(protocol.get("writerFeatures") or ()),
-    )
-
-
-class ActionReader(Protocol):
-    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]: ...
-
-
-class RowProbe(Protocol):
-    def any_row(self, sql: str) -> bool: ...
-
-    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
-
-    def session_conf(self, key: str) -> str | None: ...
-
-    def location(self, table: str) -> str: ...
-
-
-# How far back from a commit the table's metaData and protocol before it are looked for in
-# the log, when Delta's checksum of the version before it is missing (one read of files by
-# name).
-STATE_LOOKBACK = 32
 
 # Why the `insert` strategy commits over a foreign commit that only inserted rows.
 INSERT_SERIAL = (
@@ -393,9 +84,7 @@ class ConflictCheck:
         self.inserts = strategy == "insert"
         self._types: dict[str, str] | None = None
         self._lines: dict[int, list[str]] = {}  # commit files read, by version
-        self._location: str | None = None
-        # The table's metaData and protocol at a version, as far as they could be found.
-        self._states: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        self.definitions = TableDefinitions(table, log, probe, self._lines)
 
     def judge(self, commits: Sequence[Commit], scope: Scope) -> list[Judgement]:
         """One judgement per commit, in order; stops after the first conflict."""
@@ -426,7 +115,7 @@ class ConflictCheck:
         if actions.metadata is not None or actions.protocol is not None:
             # Every RESTORE writes both, as the table had them unless it restores another
             # schema: only a change to them changes the table itself.
-            changed = self._definition_change(commit.version, actions)
+            changed = self.definitions.change(commit.version, actions)
             if changed is not None:
                 return Judgement(commit, True, changed)
         claim = ""
@@ -437,7 +126,7 @@ class ConflictCheck:
             if doubt is None:
                 return Judgement(commit, False, "marked no data change by its writer")
             claim = f"marked no data change by its writer, yet {doubt}: "
-        actions = _as_data(actions)
+        actions = as_data(actions)
         try:
             judgement = self._judge_data(commit, actions, scope, _partitions(actions), claim)
         except Exception as exc:
@@ -534,88 +223,6 @@ class ConflictCheck:
         return not self.probe.any_row(
             f"SELECT 1 FROM (({before}) EXCEPT ALL ({after})) AS removed LIMIT 1"
         )
-
-    def _definition_change(self, version: int, actions: Actions) -> str | None:
-        """How the commit's metaData and protocol change the table's at the version before
-        it, as the reason it conflicts; None when they are the table's own."""
-        written = [
-            kind
-            for kind, body in (("metaData", actions.metadata), ("protocol", actions.protocol))
-            if body is not None
-        ]
-        why = f"neither its checksum nor the {STATE_LOOKBACK + 1} commits up to it say"
-        changes: list[str] = []
-        try:
-            metadata, protocol = self._state(version - 1)
-            if actions.metadata is not None and metadata is not None:
-                fields = metadata_changes(metadata, actions.metadata)
-                if fields:
-                    changes.append(f"metaData: {', '.join(fields)}")
-            if (
-                actions.protocol is not None
-                and protocol is not None
-                and protocol_key(protocol) != protocol_key(actions.protocol)
-            ):
-                changes.append("protocol")
-        except Exception as exc:  # an unreadable log, a definition that does not parse
-            metadata = protocol = None
-            why = _first_line(exc)
-        if (actions.metadata is not None and metadata is None) or (
-            actions.protocol is not None and protocol is None
-        ):
-            return (
-                f"wrote {', '.join(written)}, which could not be compared with the table's at "
-                f"v{version - 1} ({why}), so it counts as a conflict"
-            )
-        return f"changed the table itself ({'; '.join(changes)})" if changes else None
-
-    def _state(self, version: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """The table's metaData and protocol at `version`: its own commit file when it holds
-        both (a RESTORE, a CREATE), else Delta's checksum of the version (its state there,
-        exact), else the newest of each in the commits up to it, STATE_LOOKBACK of them."""
-        if version not in self._states:
-            known = self._lines.get(version)
-            found = _definition(known) if known is not None else (None, None)
-            if None in found:
-                found = self._checksum(version) or self._walk(version)
-            self._states[version] = found
-        return self._states[version]
-
-    def _checksum(self, version: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Delta's checksum of `version` (`N.crc`, its state there), read by the server as the
-        commit files are, any connection method; None when there is none to read (a RESTORE
-        writes none, nor may another engine) or it does not parse."""
-        try:
-            if self._location is None:
-                self._location = self.probe.location(self.table)
-            path = f"{delta_log(self._location)}/{checksum_file(version)}".replace("`", "``")
-            rows = self.probe.fetch(
-                "SELECT get_json_object(value, '$.metadata'), get_json_object(value, "
-                f"'$.protocol') FROM text.`{path}`"
-            )
-            metadata, protocol = json.loads(str(rows[0][0])), json.loads(str(rows[0][1]))
-        except Exception:
-            return None
-        if len(rows) != 1 or not isinstance(metadata, dict) or not isinstance(protocol, dict):
-            return None
-        return metadata, protocol
-
-    def _walk(self, version: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        low = max(0, version - STATE_LOOKBACK)
-        wanted = [v for v in range(low, version + 1) if v not in self._lines]
-        if wanted:
-            self._lines.update(self.log.actions(self.table, wanted))
-        metadata: dict[str, Any] | None = None
-        protocol: dict[str, Any] | None = None
-        for below in range(version, low - 1, -1):
-            if below not in self._lines:
-                break  # cleaned up: what came before is in a checkpoint
-            older = _definition(self._lines[below])
-            metadata = metadata if metadata is not None else older[0]
-            protocol = protocol if protocol is not None else older[1]
-            if metadata is not None and protocol is not None:
-                break
-        return metadata, protocol
 
     def _outside_partitions(self, actions: Actions, scope: Scope) -> bool:
         """Whether the commit's partition values alone put every file it changed outside
@@ -716,20 +323,5 @@ def _partitions(actions: Actions) -> str:
     return f" in partition{'s' if len(parts) > 1 else ''} {shown}"
 
 
-def _definition(lines: Iterable[str]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The metaData and protocol actions of one commit file, None where it has none."""
-    actions = parse_actions(lines)
-    return actions.metadata, actions.protocol
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__
-
-
 def _undecided(error: BaseException) -> str:
-    return f"could not be checked ({_first_line(error)}), so it counts as a conflict"
-
-
-def first_conflict(judgements: Sequence[Judgement]) -> Judgement | None:
-    return next((j for j in judgements if j.conflict), None)
+    return f"could not be checked ({first_line(error)}), so it counts as a conflict"

@@ -5,7 +5,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.conflicts import Judgement
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.outcome import (
     Gone,
@@ -15,6 +14,7 @@ from dbt.adapters.fenced_spark.fence.outcome import (
     step_name,
     versions,
 )
+from dbt.adapters.fenced_spark.fence.scope import Judgement
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, Scope, scope_json
 from dbt.adapters.fenced_spark.fence.history import NATIVE_STRATEGIES, Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, step_name
+from dbt.adapters.fenced_spark.fence.scope import STEPS, Judgement, Scope, scope_json
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"

@@ -9,11 +9,11 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch, capture, revert
-from dbt.adapters.fenced_spark.fence.conflicts import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.context import FenceContext
 from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, reason
+from dbt.adapters.fenced_spark.fence.scope import STEPS, Judgement, first_conflict
 from dbt.adapters.fenced_spark.fence.sequence import Token
 from dbt.adapters.fenced_spark.fence.state import (
     LAST_COMMIT,
