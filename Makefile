@@ -251,6 +251,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) -m tests.lint_imports --no-logo --no-cache
+	$(PY) -m tests.house_rules
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -107,6 +107,78 @@ class SqlFileReads:
         return "\n".join(str(row[0]) for row in self.source.fetch(self.explain(path)))
 
 
+class CommitFiles:
+    """A `_delta_log` folder's commit files read by exact path through the server (FileReads):
+    which exist, their text, and how many, from the plan alone."""
+
+    def __init__(self, files: FileReads) -> None:
+        self.files = files
+
+    @staticmethod
+    def paths(log: str, versions: Sequence[int], extra: str = "") -> str:
+        """One path Hadoop expands into the commit files of `versions` (and `extra`)."""
+        names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
+        alternatives = ",".join(names)
+        return f"{log}{{{alternatives}}}"
+
+    def select(
+        self,
+        columns: Sequence[str],
+        source: str,
+        log: str,
+        versions: Sequence[int],
+        extra: str = "",
+    ) -> list:
+        """`columns` of the commit files of `versions` that exist, by exact path (and of the
+        files `extra` matches); no rows when none exists (Spark fails the statement then); any
+        other failure raises."""
+        path = self.paths(log, versions, extra)
+        try:
+            return self.files.rows(source, path, columns)
+        except Exception as exc:
+            if _NONE_EXIST.search(str(exc)):
+                return []
+            raise
+
+    def count(self, log: str, versions: Sequence[int], staged: int = 0) -> int | None:
+        """How many of the commit files of `versions` exist (and staged commits, `staged` times
+        each), from the plan Spark makes to read them: no file is read, no job runs. A path
+        named twice is counted twice. None when the plan does not say."""
+        path = self.paths(log, versions, ",".join([f"/{_STAGED}/*"] * staged))
+        try:
+            plan = self.files.plan(path)
+        except Exception as exc:
+            if _NONE_EXIST.search(str(exc)):
+                return 0
+            raise
+        counts = _PATHS.findall(plan)
+        return int(counts[0]) if len(counts) == 1 else None
+
+    def read(self, log: str, versions: Sequence[int], content: str = "info") -> dict[int, str]:
+        """The versions among `versions` whose commit files exist, each with its commitInfo
+        line (`content` "info"), whole text ("all") or nothing ("none", then no file is read).
+        Empty when none exists; any other failure raises."""
+        decoded = "decode(content, 'UTF-8')"
+        text = {
+            # commitInfo's line, then a line with the fence's txn action, if there is one
+            "info": f"concat(regexp_extract({decoded}, '{_COMMIT_INFO}', 1), char(10), "
+            f"regexp_extract({decoded}, '{_FENCE_TXN}', 0))",
+            "all": "decode(content, 'UTF-8')",
+            "none": "''",
+        }[content]
+        # Catalog-managed commits wait in _staged_commits before they become N.json: a log
+        # with any there is not one these reads can follow (one small folder listed).
+        rows = self.select(["path", text], "binaryFile", log, versions, f"/{_STAGED}/*")
+        found = {}
+        for p, value in rows:
+            if f"/{_STAGED}/" in str(p):
+                raise CannotFollow("catalog-managed commits wait to be published")
+            name = str(p).rsplit("/", 1)[-1]
+            if name.endswith(".json") and name[:-5].isdigit():
+                found[int(name[:-5])] = str(value or "")
+        return found
+
+
 class SqlLog:
     """The fence's HistoryReader over SQL. One per fence step, like the session's LogTail:
     where the table lives is looked up once per step for reads of its commits. `node` carries
@@ -128,6 +200,7 @@ class SqlLog:
         # the write just verified) takes them as found, as that step's own reads do.
         self._continued = continued
         self.files = files or SqlFileReads(source)
+        self.commit_files = CommitFiles(self.files)
         self.fallback = SqlHistory(source)
         self._node = {} if node is None else node
         # Where to start looking for the newest version when none is known (the version the
@@ -173,73 +246,9 @@ class SqlLog:
         # Spark prints the location decoded (`a b`, not `a%20b`), as Hadoop's Path takes it.
         return delta_log(locations[0])
 
-    @staticmethod
-    def _paths(log: str, versions: Sequence[int], extra: str = "") -> str:
-        """One path Hadoop expands into the commit files of `versions` (and `extra`)."""
-        names = ["/" + commit_file(v) for v in versions] + ([extra] if extra else [])
-        alternatives = ",".join(names)
-        return f"{log}{{{alternatives}}}"
-
-    def _select(
-        self,
-        columns: Sequence[str],
-        source: str,
-        log: str,
-        versions: Sequence[int],
-        extra: str = "",
-    ) -> list:
-        """`columns` of the commit files of `versions` that exist, by exact path (and of the
-        files `extra` matches); no rows when none exists (Spark fails the statement then); any
-        other failure raises."""
-        path = self._paths(log, versions, extra)
-        try:
-            return self.files.rows(source, path, columns)
-        except Exception as exc:
-            if _NONE_EXIST.search(str(exc)):
-                return []
-            raise
-
-    def _count(self, log: str, versions: Sequence[int], staged: int = 0) -> int | None:
-        """How many of the commit files of `versions` exist (and staged commits, `staged` times
-        each), from the plan Spark makes to read them: no file is read, no job runs. A path
-        named twice is counted twice. None when the plan does not say."""
-        path = self._paths(log, versions, ",".join([f"/{_STAGED}/*"] * staged))
-        try:
-            plan = self.files.plan(path)
-        except Exception as exc:
-            if _NONE_EXIST.search(str(exc)):
-                return 0
-            raise
-        counts = _PATHS.findall(plan)
-        return int(counts[0]) if len(counts) == 1 else None
-
-    def _read(self, log: str, versions: Sequence[int], content: str = "info") -> dict[int, str]:
-        """The versions among `versions` whose commit files exist, each with its commitInfo
-        line (`content` "info"), whole text ("all") or nothing ("none", then no file is read).
-        Empty when none exists; any other failure raises."""
-        decoded = "decode(content, 'UTF-8')"
-        text = {
-            # commitInfo's line, then a line with the fence's txn action, if there is one
-            "info": f"concat(regexp_extract({decoded}, '{_COMMIT_INFO}', 1), char(10), "
-            f"regexp_extract({decoded}, '{_FENCE_TXN}', 0))",
-            "all": "decode(content, 'UTF-8')",
-            "none": "''",
-        }[content]
-        # Catalog-managed commits wait in _staged_commits before they become N.json: a log
-        # with any there is not one these reads can follow (one small folder listed).
-        rows = self._select(["path", text], "binaryFile", log, versions, f"/{_STAGED}/*")
-        found = {}
-        for p, value in rows:
-            if f"/{_STAGED}/" in str(p):
-                raise CannotFollow("catalog-managed commits wait to be published")
-            name = str(p).rsplit("/", 1)[-1]
-            if name.endswith(".json") and name[:-5].isdigit():
-                found[int(name[:-5])] = str(value or "")
-        return found
-
     def _window(self, table: str, log: str, versions: Sequence[int]) -> set[int]:
         """Reads `versions` with their commit infos; returns those that exist."""
-        found = self._read(log, versions)
+        found = self.commit_files.read(log, versions)
         infos = self._infos.setdefault(table, {})
         txns = self._txns.setdefault(table, {})
         for version, text in found.items():
@@ -286,9 +295,9 @@ class SqlLog:
             points = list(range(low + step, high, step))[: PROBES - 1]
             # Versions above `low` that exist are contiguous: those among the points that
             # exist are the first `count` of them.
-            count = self._count(log, points)
+            count = self.commit_files.count(log, points)
             if count is None:
-                exists = self._read(log, points, content="none")
+                exists = self.commit_files.read(log, points, content="none")
                 count = len([p for p in points if p <= max(exists, default=low)])
             low = points[count - 1] if count else low
             high = points[count] if count < len(points) else high
@@ -333,7 +342,7 @@ class SqlLog:
         later ones are named twice, so the count is 1 only when the one file is `known`'s (a
         cleanup may remove `known` once `known + 1` is checkpointed)."""
         started = time.monotonic()
-        unmoved = self._count(log, [known, known + 1, known + 1], staged=2) == 1
+        unmoved = self.commit_files.count(log, [known, known + 1, known + 1], staged=2) == 1
         # how long one read of the head takes, not the capture's DESCRIBE before it
         self.probe_seconds = time.monotonic() - started
         return unmoved
@@ -447,7 +456,7 @@ class SqlLog:
         log = self._log(table)
         if log is None:
             return self.fallback.actions(table, versions)
-        rows = self._select(["_metadata.file_name", "value"], "text", log, versions)
+        rows = self.commit_files.select(["_metadata.file_name", "value"], "text", log, versions)
         lines: dict[int, list[str]] = {}
         for name, value in rows:
             lines.setdefault(int(str(name).split(".")[0]), []).append(str(value))
