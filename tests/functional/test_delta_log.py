@@ -139,7 +139,7 @@ def test_sql_log_counts_commit_files_from_spark_s_plan_without_a_job(spark, tabl
     assert capture.latest_version(table) == latest
     log_dir = node[table]
     assert log_dir is not None and log_dir.endswith("/_delta_log")
-    assert capture._count(log_dir, [0, 5, latest, latest + 1, latest + 7]) == 3
+    assert capture.commit_files.count(log_dir, [0, 5, latest, latest + 1, latest + 7]) == 3
 
     precheck = SqlLog(runner, node)
     precheck.fallback = SqlHistory(NoFallback())
