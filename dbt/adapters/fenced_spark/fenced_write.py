@@ -11,7 +11,7 @@ from typing import Any
 from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark import row_counts
-from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK
 from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, statement_reads
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.node import NodeTransaction, Phase

@@ -13,7 +13,7 @@ from dbt_common.clients.agate_helper import empty_table
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import sql_header
-from dbt.adapters.fenced_spark.fence.capture import LOOKBACK
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK
 from dbt.adapters.fenced_spark.fence.errors import FenceError, FenceViolation
 from dbt.adapters.fenced_spark.fence.node import (
     COUNT,
