@@ -30,10 +30,10 @@ from typing import Any
 
 from bench.lakehouse import Lakehouse
 from bench.pairs import carryover_balanced
+from dbt.adapters.fenced_spark.fence.delta.words import conflict_name
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.outcome import reason
 from dbt.adapters.fenced_spark.fence.protocol import Fence
-from dbt.adapters.fenced_spark.fence.state import conflict_name
 from tests.harness import contention
 from tests.harness.runner import SessionRunner
 

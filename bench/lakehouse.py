@@ -14,15 +14,12 @@ from dbt.cli.main import dbtRunner
 
 from dbt.adapters.fenced_spark import session
 from dbt.adapters.fenced_spark.credentials import FencedSparkCredentials
-from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.fence.history import (
-    Commit,
-    HistoryReader,
-    SqlHistory,
-)
+from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory
+from dbt.adapters.fenced_spark.fence.delta.log_tail import LogTail
+from dbt.adapters.fenced_spark.fence.delta.sql_log import SqlLog
+from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState, set_conf_sql
 from dbt.adapters.fenced_spark.fence.scope import Scope
-from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
 from dbt.adapters.fenced_spark.handles import spark_errors
 from tests.harness.runner import SessionRunner
 

@@ -14,7 +14,7 @@ from functools import wraps
 from typing import Any
 
 from bench.lakehouse import Lakehouse, Sql, build_source, rows_label
-from dbt.adapters.fenced_spark.fence.delta_log import LogTail
+from dbt.adapters.fenced_spark.fence.delta.log_tail import LogTail
 from dbt.adapters.fenced_spark.fence_sql import FenceSql
 
 # fenced strategy -> (model, the stock dbt-spark strategy it is compared with)
@@ -53,7 +53,7 @@ FENCE_KINDS = [
     (rf"^drop view (if exists )?{_STAGING}", "DROP VIEW"),
     (r"^describe history", "DESCRIBE HISTORY"),
     (r"^describe detail", "DESCRIBE DETAIL"),  # the table's location, for delta.`path` reads
-    # fence/sql_log.py: the table's location (stock's own listing is `like '*'`, unquoted),
+    # fence/delta/sql_log.py: the table's location (stock's own listing is `like '*'`, unquoted),
     # then commit files by path, and which exist (Spark's plan for reading them)
     (r"^show table extended in `[^`]*` like '[^*]", "SHOW TABLE EXTENDED"),
     (r"^select path, .* from binaryfile\.", "commit files"),

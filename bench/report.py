@@ -424,7 +424,7 @@ def _pairs(r: Results) -> list[str]:
         " target beyond as many as stock sends (over SQL the fence's own DESCRIBE, which finds"
         " the Delta log, answers dbt-spark's); and any DESCRIBE HISTORY or DESCRIBE DETAIL. On"
         " the session the history reads (capture, pre-check, verify) go to `LogTail`"
-        " (`fence/delta_log.py`), not through dbt's query log: they are timed by wrapping"
+        " (`fence/delta/log_tail.py`), not through dbt's query log: they are timed by wrapping"
         " `LogTail`'s methods in the benchmark's process. So are the SETs/RESETs, which on the"
         " session and over Connect go through the session's conf, not SQL"
         " (`FenceSql.set_session_conf`). That measures the fence's cost"
@@ -500,11 +500,11 @@ def _servers_prose(r: Results) -> list[str]:
         " tells them apart. *identical* compares each fenced table with stock's over Thrift."
         " Over the servers the fence's history reads are SQL statements (`SHOW TABLE"
         " EXTENDED`, reads of commit files, and `EXPLAIN`s of such reads, whose plan counts the"
-        " files that exist without reading them, `fence/sql_log.py`): they are in dbt's query log"
-        " with its other statements. Over Connect the reads of files go through the DataFrame"
-        " API since 2026-11-28 (`connect.FrameReads`), logged as the SQL each stands for and"
-        " timed whole; before, `spark.sql` was timed and the rows' collect was not, so Connect's"
-        " commit files and probes in earlier runs left out part of their time.",
+        " files that exist without reading them, `fence/delta/sql_log.py`): they are in dbt's"
+        " query log with its other statements. Over Connect the reads of files go through the"
+        " DataFrame API since 2026-11-28 (`connect.FrameReads`), logged as the SQL each stands"
+        " for and timed whole; before, `spark.sql` was timed and the rows' collect was not, so"
+        " Connect's commit files and probes in earlier runs left out part of their time.",
         "",
         *_long_write_prose(r),
     ]
@@ -720,9 +720,9 @@ def _history(r: Results) -> list[str]:
         " `Fence.latest_version`, then `Fence.write` with a one-row strict INSERT: pre-check,"
         " the tagged write, verify (`Fence.verify`: the version Delta says the session"
         " committed, and the log only when that is not the one right above vB). Three readers:"
-        " *session* is what `method: session` uses (`fence/delta_log.py`: `_last_checkpoint`,"
+        " *session* is what `method: session` uses (`fence/delta/log_tail.py`: `_last_checkpoint`,"
         " then probes for `N.json` and the commitInfo line of each new commit); *SQL path* is"
-        " what Thrift and Connect use (`fence/sql_log.py`: the table's location from"
+        " what Thrift and Connect use (`fence/delta/sql_log.py`: the table's location from"
         " `describe extended`, then commit files by exact path, `binaryFile` with a brace"
         " pattern Hadoop expands into single paths, from the version the previous repetition"
         " committed, as the adapter starts from the version run_results.json gives for the"
@@ -1070,7 +1070,7 @@ def _where(r: Results) -> list[str]:
 
         out.append(
             "- **Spark jobs.** Over Thrift and Connect the fence's history reads are reads of"
-            " the Delta log's files by the server (`fence/sql_log.py`), each one Spark job:"
+            " the Delta log's files by the server (`fence/delta/sql_log.py`), each one Spark job:"
             " capture (`adapter.fence_begin` → `Fence.capture`: versions 0–15 and the powers of"
             " two in one read, then `EXPLAIN`s narrowing between two of them and a window of 16"
             " when the table has more versions; the same rows serve `Fence.check_earlier_runs`)"
@@ -1083,7 +1083,7 @@ def _where(r: Results) -> list[str]:
             + "; ".join(f"{m} {history_jobs(m)}" for m in ("thrift", "connect"))
             + ". The catalog lookup (`describe extended`, dbt-spark's own statement) runs no"
             " job. On"
-            " the session those reads go to `LogTail` (`fence/delta_log.py`, chosen by"
+            " the session those reads go to `LogTail` (`fence/delta/log_tail.py`, chosen by"
             " `FenceSql.log` in `fence_sql.py`), which reads the log's files on the driver:"
             " jobs per run here: "
             + history_jobs("session")

@@ -10,7 +10,8 @@ import sys
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.fenced_spark.fence.state import USER_METADATA, set_conf_sql
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
+from dbt.adapters.fenced_spark.fence.state import set_conf_sql
 from tests.functional.lakehouse import ForeignAt, history, ours, rows
 from tests.functional.test_crash import run_child, write_child_project
 

@@ -7,10 +7,12 @@ import uuid
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.fence.history import FenceTag, SqlHistory
-from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, set_conf_sql
-from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
+from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory
+from dbt.adapters.fenced_spark.fence.delta.log_tail import LogTail
+from dbt.adapters.fenced_spark.fence.delta.sql_log import SqlLog
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
+from dbt.adapters.fenced_spark.fence.history import FenceTag
+from dbt.adapters.fenced_spark.fence.protocol import set_conf_sql
 from tests.harness.runner import SessionRunner
 
 pytestmark = pytest.mark.skip_profile(

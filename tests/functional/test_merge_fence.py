@@ -171,7 +171,7 @@ class TestDeltasRecordOfAnEarlierCommitInTheSession:
     """The fence leaves Delta's record of the session's last commit unset before its write only
     where nothing in the session could have set it: here a pre-hook did, on another table,
     at the version right above vB. The unchanged write then commits only its SetTransaction
-    (fence/sequence.py), and the hook's commit on the other table is never taken for it."""
+    (fence/delta/sequence.py), and the hook's commit on the other table is never taken for it."""
 
     @pytest.fixture(scope="class")
     def models(self):

@@ -85,7 +85,7 @@ class TestFencedMerge(MergeRaceBase):
         assert last.tag["invocation_id"] == invocation_id(project)
 
     def test_empty_batch_commits_only_the_fences_sequence(self, project, spark, table):
-        # The fenced write carries a SetTransaction (fence/sequence.py), and Delta commits it
+        # The fenced write carries a SetTransaction (fence/delta/sequence.py), and Delta commits it
         # even when the MERGE changed no row: the commit holds no file.
         before = history(spark, table)
         content = rows(spark, f"select * from {table} order by id")

@@ -175,10 +175,10 @@ class TestFencedWatermark(WatermarkBase):
 class TestEightConcurrentAppends:
     """Eight writers, one table, fence_retries 8, all in one JVM with their own sessions.
 
-    Fenced writers refuse each other inside Delta (fence/sequence.py): a writer whose pre-check
-    another's commit overtook is skipped or refused by Delta with nothing written, and retried.
-    So every writer commits strictly (its commit read the version right before it), every batch
-    is there exactly once, and no RESTORE is ever needed.
+    Fenced writers refuse each other inside Delta (fence/delta/sequence.py): a writer whose
+    pre-check another's commit overtook is skipped or refused by Delta with nothing written, and
+    retried. So every writer commits strictly (its commit read the version right before it),
+    every batch is there exactly once, and no RESTORE is ever needed.
     """
 
     @pytest.fixture(scope="class")

@@ -324,9 +324,9 @@ def _write(session: Any, schema: str, model: str, invocation: str, retries: int,
     from contextlib import nullcontext
     from dataclasses import replace
 
-    from dbt.adapters.fenced_spark.fence.delta_log import LogTail
+    from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory
+    from dbt.adapters.fenced_spark.fence.delta.log_tail import LogTail
     from dbt.adapters.fenced_spark.fence.footprint import read_filters
-    from dbt.adapters.fenced_spark.fence.history import SqlHistory
     from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
     from dbt.adapters.fenced_spark.fence.rewriter import pin_self_reads
     from dbt.adapters.fenced_spark.fence.scope import Scope

@@ -5,7 +5,8 @@ without dbt."""
 from collections.abc import Sequence
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.history import Commit, parse_history
+from dbt.adapters.fenced_spark.fence.delta.history import parse_history
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.handles import spark_errors
 
 

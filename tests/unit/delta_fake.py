@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.fenced_spark.fence.delta.words import LAST_COMMIT, USER_METADATA
 from dbt.adapters.fenced_spark.fence.history import Commit
-from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT, set_conf_sql
+from dbt.adapters.fenced_spark.fence.state import set_conf_sql
 
 _SET = re.compile(r"SET (\S+?)=`(.*)`$|SET (\S+?)=(\S+)$", re.S)
 

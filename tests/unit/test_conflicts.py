@@ -4,8 +4,8 @@ Delta runs them in tests/functional/test_conflicts.py). Whatever cannot be decid
 import dataclasses
 import json
 
-from dbt.adapters.fenced_spark.fence.actions import parse_actions
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
+from dbt.adapters.fenced_spark.fence.delta.actions import parse_actions
 from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState

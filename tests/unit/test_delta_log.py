@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence.delta_log import _gallop, _Log, commit_from_info
+from dbt.adapters.fenced_spark.fence.delta.log_tail import _gallop, _Log, commit_from_info
 from dbt.adapters.fenced_spark.fence.history import FenceTag
 
 

@@ -4,10 +4,11 @@ from contextlib import nullcontext
 
 import pytest
 
+from dbt.adapters.fenced_spark.fence.delta.words import conflict_name
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, first_lines, reason
-from dbt.adapters.fenced_spark.fence.protocol import conflict_name, set_conf_sql
+from dbt.adapters.fenced_spark.fence.protocol import set_conf_sql
 from dbt.adapters.fenced_spark.fence.report import FenceReport
 
 LANDED = [Commit(13, "UPDATE", 12, None, user_name="ana", engine_info="Spark")]

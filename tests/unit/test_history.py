@@ -2,7 +2,8 @@
 
 import datetime
 
-from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag, parse_history
+from dbt.adapters.fenced_spark.fence.delta.history import parse_history
+from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.scope import STEPS, Scope
 from dbt.adapters.fenced_spark.fence.state import SNAPSHOT, VERSION, FenceState
 

@@ -7,12 +7,16 @@ from dataclasses import replace
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.fenced_spark.fence.delta.words import (
+    LAST_COMMIT,
+    MAX_COMMIT_ATTEMPTS,
+    USER_METADATA,
+)
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved, FenceViolation
 from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
 from dbt.adapters.fenced_spark.fence.outcome import Outcome
-from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from dbt.adapters.fenced_spark.fence.scope import Scope
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT, MAX_COMMIT_ATTEMPTS
 from tests.unit.delta_fake import FakeTable
 
 TABLE = "`a`.`t`"

@@ -1,4 +1,4 @@
-"""Fenced writers refuse each other inside Delta (fence/sequence.py): on the in-memory table
+"""Fenced writers refuse each other inside Delta (fence/delta/sequence.py): on the in-memory table
 with Delta's rule for idempotent writes. A write whose token is not above the table's
 SetTransaction version at its snapshot is skipped with no commit; the fence then judges what
 landed, refuses a conflict with nothing of it written, and sends the write again otherwise.
@@ -9,11 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from dbt.adapters.fenced_spark.fence import sequence
+from dbt.adapters.fenced_spark.fence.delta import sequence
+from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
-from dbt.adapters.fenced_spark.fence.history import Commit, SqlHistory
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.outcome import Outcome
-from dbt.adapters.fenced_spark.fence.protocol import MAX_SENDS, USER_METADATA, Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import MAX_SENDS, Fence, FenceState
 from tests.unit.delta_fake import FakeTable
 
 TABLE = "`a`.`t`"
@@ -189,7 +191,7 @@ def test_sends_stop_after_max_sends_with_nothing_written():
 
 def test_commits_carry_their_sequence_from_the_log():
     info = {"operation": "MERGE"}
-    from dbt.adapters.fenced_spark.fence.delta_log import commit_from_info
+    from dbt.adapters.fenced_spark.fence.delta.log_tail import commit_from_info
 
     assert commit_from_info(3, info, 7) == Commit(3, "MERGE", None, None, fence_txn=7)
     token = sequence.Token(horizon=2, version=5)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
+from dbt.adapters.fenced_spark.fence.delta.words import LAST_COMMIT
 from dbt.adapters.fenced_spark.fence.errors import FenceViolation
 from dbt.adapters.fenced_spark.fence.protocol import (
     BACKOFF_CAP_SECONDS,
@@ -14,7 +15,6 @@ from dbt.adapters.fenced_spark.fence.protocol import (
     FenceState,
     backoff_turns,
 )
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
 from tests.unit.delta_fake import FakeTable
 
 

@@ -8,9 +8,10 @@ import re
 import pytest
 
 from dbt.adapters.fenced_spark.connect import FrameReads
-from dbt.adapters.fenced_spark.fence.history import Commit, commit_file
+from dbt.adapters.fenced_spark.fence.delta.history import commit_file
+from dbt.adapters.fenced_spark.fence.delta.sql_log import PROBES, SqlFileReads, SqlLog
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.rewriter import name_parts
-from dbt.adapters.fenced_spark.fence.sql_log import PROBES, SqlFileReads, SqlLog
 
 LOG = "file:/w/orders/_delta_log"
 

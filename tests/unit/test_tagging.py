@@ -5,8 +5,9 @@ from contextlib import nullcontext
 
 import pytest
 
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
 from dbt.adapters.fenced_spark.fence.history import FenceTag
-from dbt.adapters.fenced_spark.fence.protocol import USER_METADATA, Fence, FenceState
+from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
 from tests.unit.delta_fake import FakeTable
 
 

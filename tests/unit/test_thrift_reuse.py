@@ -11,7 +11,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import thrift
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
-from dbt.adapters.fenced_spark.fence.state import MAX_COMMIT_ATTEMPTS
+from dbt.adapters.fenced_spark.fence.delta.words import MAX_COMMIT_ATTEMPTS
 from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from dbt.adapters.fenced_spark.polling import BackoffPyhiveConnectionWrapper
 

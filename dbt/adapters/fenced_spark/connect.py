@@ -26,7 +26,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.connections import SparkCredentials
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence.sql_log import SqlFileReads
+from dbt.adapters.fenced_spark.fence.delta.sql_log import SqlFileReads
 from dbt.adapters.fenced_spark.run_state import leading_words
 
 logger = AdapterLogger("FencedSpark")
@@ -128,7 +128,7 @@ class OnFrames(Protocol):
 
 
 class FrameReads:
-    """The fence's reads of files by path (fence/sql_log.py) through the DataFrame API.
+    """The fence's reads of files by path (fence/delta/sql_log.py) through the DataFrame API.
     `spark.sql` sends a statement to be analysed and the collect sends it again to run, and a
     file source lists its files at each analysis: here one EXPLAIN took 75 ms against 26 as an
     AnalyzePlan call, a read of 16 commit files 130 against 76 as one ExecutePlan. Logged as the

@@ -11,21 +11,17 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import connect, thrift
 from dbt.adapters.fenced_spark.connections import FencedSparkConnectionManager
-from dbt.adapters.fenced_spark.fence import sequence
-from dbt.adapters.fenced_spark.fence.delta_log import LogTail
-from dbt.adapters.fenced_spark.fence.history import (
-    Commit,
-    HistoryReader,
-    SqlHistory,
-    parse_history,
-)
-from dbt.adapters.fenced_spark.fence.sql_log import SqlLog
-from dbt.adapters.fenced_spark.fence.state import (
+from dbt.adapters.fenced_spark.fence.delta import sequence
+from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory, parse_history
+from dbt.adapters.fenced_spark.fence.delta.log_tail import LogTail
+from dbt.adapters.fenced_spark.fence.delta.sql_log import SqlLog
+from dbt.adapters.fenced_spark.fence.delta.words import (
     LAST_COMMIT,
     MAX_COMMIT_ATTEMPTS,
     USER_METADATA,
-    set_conf_sql,
 )
+from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
+from dbt.adapters.fenced_spark.fence.state import set_conf_sql
 from dbt.adapters.fenced_spark.handles import ConnectHandle, SessionHandle, spark_errors
 from dbt.adapters.fenced_spark.polling import BackoffPyhiveConnectionWrapper
 from dbt.adapters.fenced_spark.run_state import first_word

@@ -12,12 +12,12 @@ from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark import row_counts
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK
+from dbt.adapters.fenced_spark.fence.delta.sql_log import location_of
 from dbt.adapters.fenced_spark.fence.footprint import WHOLE_TABLE, statement_reads
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.node import NodeTransaction, Phase
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, node_kind
 from dbt.adapters.fenced_spark.fence.scope import Scope
-from dbt.adapters.fenced_spark.fence.sql_log import location_of
 from dbt.adapters.fenced_spark.fence.state import SNAPSHOT, FenceState
 from dbt.adapters.fenced_spark.nodes import Nodes, run_batch
 from dbt.adapters.fenced_spark.relation import FencedSparkRelation

@@ -8,8 +8,8 @@ from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.fenced_spark import row_counts
+from dbt.adapters.fenced_spark.fence.delta.words import LAST_COMMIT
 from dbt.adapters.fenced_spark.fence.history import Commit
-from dbt.adapters.fenced_spark.fence.state import LAST_COMMIT
 from dbt.adapters.fenced_spark.nodes import Nodes
 from dbt.adapters.fenced_spark.relation import FencedSparkRelation
 from dbt.adapters.fenced_spark.run_results import FenceResponses

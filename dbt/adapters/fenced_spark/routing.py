@@ -14,6 +14,7 @@ from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark import sql_header
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK
+from dbt.adapters.fenced_spark.fence.delta.words import conflict_name
 from dbt.adapters.fenced_spark.fence.errors import FenceError, FenceViolation
 from dbt.adapters.fenced_spark.fence.node import (
     COUNT,
@@ -26,7 +27,6 @@ from dbt.adapters.fenced_spark.fence.node import (
     names_a_path,
 )
 from dbt.adapters.fenced_spark.fence.rewriter import names_bare
-from dbt.adapters.fenced_spark.fence.state import conflict_name
 from dbt.adapters.fenced_spark.fence.statements import WRITE, statement_kind
 from dbt.adapters.fenced_spark.nodes import Nodes
 from dbt.adapters.fenced_spark.run_state import first_word

@@ -3,7 +3,6 @@ as the run's temporary view or as the write's own source; a Python model run in 
 session, reading through a pinned session. Also the view's cleanup, and a unique_key the model
 lacks named as a staged model would name it."""
 
-import re
 from collections.abc import Callable
 from contextlib import nullcontext, suppress
 from dataclasses import replace
@@ -13,6 +12,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import CompilationError, DbtRuntimeError
 
 from dbt.adapters.fenced_spark import python_model
+from dbt.adapters.fenced_spark.fence.delta.words import GONE_SINCE_VB
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceError,
     FenceViolation,
@@ -30,12 +30,6 @@ from dbt.adapters.fenced_spark.routing import Routing
 from dbt.adapters.fenced_spark.run_results import FenceResponses
 
 logger = AdapterLogger("FencedSpark")
-
-# What a read pinned to vB fails with when the table is gone or replaced since.
-_GONE_SINCE_VB = re.compile(
-    r"DELTA_VERSION_NOT_FOUND|VersionNotFound|TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND"
-    r"|FileNotFound|PATH_NOT_FOUND"
-)
 
 
 def _nothing_stands(refused: FenceError) -> bool:
@@ -138,7 +132,7 @@ class Staging:
             # A pinned read of a table dropped or replaced since vB fails here: the fence says
             # so. Any other failure is the model's own, and says so itself.
             text = str(exc)
-            if _GONE_SINCE_VB.search(text) and txn.identifier.lower() in text.lower():
+            if GONE_SINCE_VB.search(text) and txn.identifier.lower() in text.lower():
                 self.nodes.fence().precheck(replace(state, head=None))
             raise
         txn.reads.extend(pin.reads)

@@ -13,8 +13,9 @@ from urllib.parse import unquote
 
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence.actions import ActionReader
-from dbt.adapters.fenced_spark.fence.context import LOOKBACK, RESETS
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK
+from dbt.adapters.fenced_spark.fence.delta.actions import ActionReader
+from dbt.adapters.fenced_spark.fence.delta.words import RESETS
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.scope import Judgement
 from dbt.adapters.fenced_spark.fence.state import FenceState

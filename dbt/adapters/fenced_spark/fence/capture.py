@@ -1,25 +1,19 @@
 """Step 1: capture vB, and find an earlier run of the node that never reached its verdict."""
 
 import itertools
-import re
 from collections.abc import Iterator
 from dataclasses import replace
 
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import revert
-from dbt.adapters.fenced_spark.fence.context import LOOKBACK, RESETS, FenceContext
+from dbt.adapters.fenced_spark.fence.context import LOOKBACK, FenceContext
+from dbt.adapters.fenced_spark.fence.delta.words import GONE, RESETS
 from dbt.adapters.fenced_spark.fence.errors import FenceUnresolved
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Gone, Outcome, reason
 from dbt.adapters.fenced_spark.fence.scope import STEPS, first_conflict, scope_from_json
 from dbt.adapters.fenced_spark.fence.state import OWN_STEPS, FenceState
-
-# What Spark and Delta say when a table is gone, or is no longer Delta.
-_GONE = {
-    Gone.DROPPED: re.compile(r"TABLE_OR_VIEW_NOT_FOUND|DELTA_TABLE_NOT_FOUND"),
-    Gone.NOT_DELTA: re.compile(r"DELTA_ONLY_OPERATION|DELTA_MISSING_DELTA_TABLE|not a Delta table"),
-}
 
 
 def capture(context: FenceContext, table: str) -> tuple[int, Iterator[Commit] | None]:
@@ -186,7 +180,7 @@ def latest_or_fail(context: FenceContext, state: FenceState) -> int:
     try:
         return context.latest_version(state.table, known=state.expected_version)
     except DbtRuntimeError as exc:
-        gone = next((g for g, words in _GONE.items() if words.search(str(exc))), None)
+        gone = next((g for g, words in GONE.items() if words.search(str(exc))), None)
         if gone is None:
             raise
         # Dropped, or re-created as another format, since vB: a refusal, not a crash.

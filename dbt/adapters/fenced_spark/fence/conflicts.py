@@ -15,7 +15,7 @@ range it replaces. Whatever cannot be decided is a conflict.
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dbt.adapters.fenced_spark.fence.actions import (
+from dbt.adapters.fenced_spark.fence.delta.actions import (
     ActionReader,
     Actions,
     RowProbe,
@@ -23,7 +23,7 @@ from dbt.adapters.fenced_spark.fence.actions import (
     claim_doubt,
     parse_actions,
 )
-from dbt.adapters.fenced_spark.fence.definitions import TableDefinitions, first_line
+from dbt.adapters.fenced_spark.fence.delta.definitions import TableDefinitions, first_line
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.partitions import (
     MAX_PARTITIONS,

@@ -1,9 +1,9 @@
 """What the fence's steps share for one node's write, below them all: the runner that sends
-our statements, the log that says what landed, the tag set around our own statements, which
-commits are ours, and what the write learns on the way (the conflict analysis per attempt, the
-tagged statements sent, whether LAST_COMMIT names our write). The Fence (protocol.py) owns one
-and hands it to the steps (capture.py, verify.py, revert.py, batch.py); nothing here calls up
-into them."""
+our statements, the log that says what landed, the table's format (fence/format.py), the tag
+set around our own statements, which commits are ours, and what the write learns on the way
+(the conflict analysis per attempt, the tagged statements sent, whether the session's last
+commit names our write). The Fence (protocol.py) owns one and hands it to the steps
+(capture.py, verify.py, revert.py, batch.py); nothing here calls up into them."""
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,31 +12,14 @@ from typing import Any
 
 from dbt.adapters.events.logging import AdapterLogger
 
-from dbt.adapters.fenced_spark.fence import sequence
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
+from dbt.adapters.fenced_spark.fence.format import SqlRunner, TableFormat, Token
 from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
-from dbt.adapters.fenced_spark.fence.state import (
-    MAX_COMMIT_ATTEMPTS,
-    USER_METADATA,
-    FenceState,
-    SqlRunner,
-)
+from dbt.adapters.fenced_spark.fence.state import FenceState
 
 # How far back (in commits) a run looks for an earlier run of its node that never reached
-# its verdict, and the operations after which what came before is no longer in the table.
+# its verdict.
 LOOKBACK = 32
-RESETS = {
-    "RESTORE",
-    "CREATE TABLE",
-    "CREATE TABLE AS SELECT",
-    "CREATE OR REPLACE TABLE",
-    "CREATE OR REPLACE TABLE AS SELECT",
-    "REPLACE TABLE",
-    "REPLACE TABLE AS SELECT",
-}
-
-# What Spark's SET shows for a value matching spark.sql.redaction.options.regex.
-REDACTED = "*********(redacted)"
 
 logger = AdapterLogger("FencedSpark")
 
@@ -48,9 +31,12 @@ class FenceContext:
         single_attempt: Callable[[], Any],
         log: HistoryReader,
         clock: Callable[[], float],
+        table_format: TableFormat,
         verified: tuple[int, str] | None = None,
     ) -> None:
         self.runner = runner
+        # What the steps ask of the table's format (fence/format.py), never its SQL or confs.
+        self.format = table_format
         self.single_attempt = single_attempt
         self.log = log
         self.clock = clock
@@ -99,56 +85,16 @@ class FenceContext:
         state: FenceState,
         step: str,
         strict: bool | None = None,
-        token: sequence.Token | None = None,
+        token: Token | None = None,
     ) -> Iterator[None]:
-        """The conf that tags our commit is set only around our own statements. A label the
-        session already had (an audit pre-hook's userMetadata) rides in the tag and is put back
-        after, not reset. A write's `token` (fence/sequence.py) is set and reset with it."""
+        """The tag on our commit is set only around our own statements. A label the session
+        already had (an audit pre-hook's userMetadata) rides in the tag and is put back after,
+        not reset. A write's `token` (fence/delta/sequence.py) is set and reset with it."""
         strict = state.strict if strict is None else strict
-        user = self.user_metadata()
-        tag = replace(state.tag(step), user_metadata=user)
+        tag = replace(state.tag(step), user_metadata=self.format.label())
         self.sent += 1
-        resets = [(USER_METADATA, user), *([(MAX_COMMIT_ATTEMPTS, None)] if strict else [])]
-        if token is not None:
-            resets += [(sequence.APP_ID_CONF, None), (sequence.VERSION_CONF, None)]
-        try:
-            # A SET that failed may still have applied (a cancel while it ran): reset as well.
-            self.runner.set_session_conf(USER_METADATA, tag.to_json())
-            if strict:
-                self.runner.set_session_conf(MAX_COMMIT_ATTEMPTS, "0")
-            if token is not None:
-                self.runner.set_session_conf(sequence.APP_ID_CONF, sequence.TXN_APP_ID)
-                self.runner.set_session_conf(sequence.VERSION_CONF, str(token.version))
+        with self.format.tagged(tag, strict, token):
             yield
-        except BaseException:
-            # A lost session fails the RESETs too: they must not replace what failed first.
-            self._reset(resets)
-            raise
-        failed = self._reset(resets)
-        if failed is not None:
-            raise failed
-
-    def _reset(self, resets: list[tuple[str, str | None]]) -> Exception | None:
-        """Every reset is tried: one failing must not leave maxCommitAttempts at 0 on a session
-        that lives on (the embedded one is never reopened). The first failure, if any."""
-        failed: Exception | None = None
-        for key, value in resets:
-            try:
-                self.runner.set_session_conf(key, value)
-            except Exception as exc:
-                failed = failed or exc
-        return failed
-
-    def user_metadata(self) -> str | None:
-        value = self.runner.session_conf(USER_METADATA)
-        if value == REDACTED:
-            # Over Thrift only SQL reads it, and Spark redacted it: it cannot be put back.
-            logger.warning(
-                f"fenced_spark: the session's {USER_METADATA} is redacted by Spark's "
-                "redaction regex when read over SQL; the fence resets it after its write"
-            )
-            return None
-        return value
 
     @staticmethod
     def ours(state: FenceState, commits: list[Commit], step: str | None = None) -> list[Commit]:

@@ -1,4 +1,5 @@
-"""Delta history rows, and the userMetadata tag that marks a fenced commit as ours."""
+"""A commit as the fence sees it, the userMetadata tag that marks a fenced commit as ours, and
+the reader every table format's log offers the steps."""
 
 import json
 from collections.abc import Iterator, Sequence
@@ -6,10 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 TAG_KEY = "dbt_fenced_spark"
-# The app id of the SetTransaction every fenced write commits (fence/sequence.py): Delta
-# itself refuses a fenced write that another fenced write overtook.
-TXN_APP_ID = "dbt-fenced-spark"
-
 # Strategies whose write is a MERGE that keeps Delta's own conflict detection (its commit
 # must read vB, or commits above it that do not conflict); every other write is strict
 # (its commit must directly follow the snapshot it read).
@@ -112,7 +109,7 @@ class FenceTag:
                 read_version=int(data["read_version"]),
                 attempt=int(data.get("attempt", 1)),
                 step=str(data.get("step", "write")),
-                expected_version=_as_int(data.get("expected_version")),
+                expected_version=as_int(data.get("expected_version")),
                 tolerated=tuple(int(v) for v in data.get("tolerated") or ()),
                 delta_retries=data.get("delta_retries") is True,
                 scope=(
@@ -120,8 +117,8 @@ class FenceTag:
                     if isinstance(data.get("scope"), dict)
                     else None
                 ),
-                user_metadata=_as_text(data.get("user_metadata")),
-                batch=_as_text(data.get("batch")),
+                user_metadata=as_text(data.get("user_metadata")),
+                batch=as_text(data.get("batch")),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -167,7 +164,7 @@ class Commit:
         """The version a RESTORE ... TO VERSION AS OF brought back (None: by timestamp)."""
         if self.operation != "RESTORE":
             return None
-        return _as_int(self.parameters.get("version"))
+        return as_int(self.parameters.get("version"))
 
     @property
     def writer(self) -> str:
@@ -185,82 +182,14 @@ class Commit:
         return f"v{self.version} {self.operation} by {self.writer}{when}"
 
 
-def _as_map(value: Any) -> dict[str, str]:
-    # The session returns a dict; the Thrift server a JSON text.
-    if value is None:
-        return {}
-    if isinstance(value, dict):
-        return {str(k): str(v) for k, v in value.items()}
-    try:
-        data = json.loads(value)
-    except (TypeError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def _as_int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     if value is None or value == "":
         return None
     return int(value)
 
 
-def _as_text(value: Any) -> str | None:
+def as_text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
-
-
-def parse_history(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Commit]:
-    """Commits from `DESCRIBE HISTORY` rows, oldest first."""
-    index = {name: i for i, name in enumerate(columns)}
-
-    def get(row: Sequence[Any], name: str) -> Any:
-        return row[index[name]] if name in index else None
-
-    commits = [
-        Commit(
-            version=int(get(row, "version")),
-            operation=str(get(row, "operation")),
-            read_version=_as_int(get(row, "readVersion")),
-            user_metadata=_as_text(get(row, "userMetadata")),
-            user_name=_as_text(get(row, "userName")),
-            engine_info=_as_text(get(row, "engineInfo")),
-            timestamp=_as_text(get(row, "timestamp")),
-            metrics=_as_map(get(row, "operationMetrics")),
-            parameters=_as_map(get(row, "operationParameters")),
-        )
-        for row in rows
-    ]
-    return sorted(commits, key=lambda c: c.version)
-
-
-def commit_file(version: int) -> str:
-    return f"{version:020d}.json"
-
-
-def checksum_file(version: int) -> str:
-    return f"{version:020d}.crc"
-
-
-def fence_txn(action: dict[str, Any]) -> int | None:
-    """The version of a `txn` action of the fence's app id; None for any other action."""
-    txn = action.get("txn")
-    if not isinstance(txn, dict) or txn.get("appId") != TXN_APP_ID:
-        return None
-    return _as_int(txn.get("version"))
-
-
-def checksum_sequence(text: str) -> int | None:
-    """The fence's SetTransaction version in a version checksum (`N.crc`): Delta's state at N,
-    -1 when it holds none. None when the checksum does not list the table's SetTransactions
-    (Delta leaves them out above a count) or does not parse."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    txns = data.get("setTransactions") if isinstance(data, dict) else None
-    if not isinstance(txns, list):
-        return None
-    found = [fence_txn({"txn": t}) for t in txns if isinstance(t, dict)]
-    return max((v for v in found if v is not None), default=-1)
 
 
 class HistoryReader(Protocol):
@@ -275,85 +204,5 @@ class HistoryReader(Protocol):
     def settled(self, table: str) -> int | None: ...
 
     # The fence's SetTransaction version in the table's state at `version` (-1: none yet);
-    # None when this reader cannot tell (fence/sequence.py).
+    # None when this reader cannot tell (fence/delta/sequence.py).
     def sequence(self, table: str, version: int) -> int | None: ...
-
-
-class HistorySource(Protocol):
-    def history(self, table: str, limit: int) -> list[Commit]: ...
-
-    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
-
-    def describe(self, table: str) -> list[Sequence[Any]]: ...
-
-    def location(self, table: str) -> str: ...
-
-
-class SqlHistory:
-    """The fence's history reads as `DESCRIBE HISTORY t LIMIT n`: any connection method."""
-
-    PAGE = 16
-
-    def __init__(self, source: HistorySource) -> None:
-        self.source = source
-
-    def latest_version(self, table: str, known: int | None = None) -> int:
-        # `known` only spares the log reader its search; one row of history is the answer here.
-        return self.source.history(table, 1)[-1].version
-
-    def recent(self, table: str, limit: int) -> Iterator[Commit]:
-        """The newest `limit` commits, newest first: one history read."""
-        return reversed(self.source.history(table, limit))
-
-    def settled(self, table: str) -> int | None:
-        return None  # the newest version costs a history read here: capture reads commits
-
-    def sequence(self, table: str, version: int) -> int | None:
-        """DESCRIBE HISTORY shows no txn action: Delta's checksum of `version`, else the commit
-        files at or below it (at most 32), read by the server; None when neither says."""
-        try:
-            location = self.source.location(table).rstrip("/")
-            path = f"{location}/_delta_log/{checksum_file(version)}"
-            rows = self.source.fetch(
-                f"SELECT decode(content, 'UTF-8') FROM binaryFile.`{path.replace('`', '``')}`"
-            )
-        except Exception:
-            rows = []  # no checksum (yet): the commits say it
-        if rows and (found := checksum_sequence(str(rows[0][0] or ""))) is not None:
-            return found
-        versions = list(range(max(version - 31, 0), version + 1))
-        try:
-            lines = self.actions(table, versions)
-        except Exception:
-            return None
-        for below in reversed(versions):
-            if below not in lines:
-                return None  # cleaned up, or unreadable: unknown
-            txns = [fence_txn(json.loads(line)) for line in lines[below] if line.strip()]
-            found = next((t for t in txns if t is not None), None)
-            if found is not None:
-                return found
-        return -1 if versions[0] == 0 else None
-
-    def commits_since(self, table: str, version: int) -> list[Commit]:
-        """Commits after `version`, oldest first; reads only the log's tail."""
-        limit = self.PAGE
-        while True:
-            commits = self.source.history(table, limit)
-            if len(commits) < limit or commits[0].version <= version + 1:
-                return [c for c in commits if c.version > version]
-            limit *= 4
-
-    def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]:
-        """Each commit file's lines (its actions), read by the server: the client may not see
-        the table's storage at all. A version whose file is gone is missing from the answer."""
-        names = [commit_file(v) for v in versions]
-        pattern = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
-        path = f"{self.source.location(table).rstrip('/')}/_delta_log/{pattern}"
-        rows = self.source.fetch(
-            f"SELECT _metadata.file_name, value FROM text.`{path.replace('`', '``')}`"
-        )
-        lines: dict[int, list[str]] = {}
-        for name, value in rows:
-            lines.setdefault(int(str(name).split(".")[0]), []).append(str(value))
-        return lines

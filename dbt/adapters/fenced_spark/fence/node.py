@@ -65,7 +65,7 @@ class NodeTransaction:
     # The table's location, for ``delta.`<location>` `` reads; looked up only for SQL that
     # has one (`names_a_path`), since it costs a statement.
     location: str | None = None
-    # Over SQL, where the fence's reads found the table's Delta log (fence/sql_log.py): a
+    # Over SQL, where the fence's reads found the table's Delta log (fence/delta/sql_log.py): a
     # pre-check reuses it instead of asking the catalog again.
     logs: dict[str, str | None] = field(default_factory=dict)
     # Over SQL, the catalog's DESCRIBE of the table those reads sent, by table, with the

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.fenced_spark.fence import backoff, batch, capture, revert, sequence, verify
+from dbt.adapters.fenced_spark.fence import backoff, batch, capture, revert, verify
 from dbt.adapters.fenced_spark.fence.backoff import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
@@ -24,6 +24,8 @@ from dbt.adapters.fenced_spark.fence.backoff import (
     backoff_turns,
 )
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK, FenceContext
+from dbt.adapters.fenced_spark.fence.delta.format import Delta
+from dbt.adapters.fenced_spark.fence.delta.history import SqlHistory
 from dbt.adapters.fenced_spark.fence.errors import (
     FenceCommittedThenFailed,
     FenceError,
@@ -31,20 +33,16 @@ from dbt.adapters.fenced_spark.fence.errors import (
     FenceViolation,
     FenceWriteRefused,
 )
-from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader, SqlHistory
+from dbt.adapters.fenced_spark.fence.format import SqlRunner, TableFormat, Token
+from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
 from dbt.adapters.fenced_spark.fence.outcome import engine_message, first_lines, reason
 from dbt.adapters.fenced_spark.fence.report import FenceReport
 from dbt.adapters.fenced_spark.fence.state import (
-    LAST_COMMIT,
-    MAX_COMMIT_ATTEMPTS,
     OWN_STEPS,
     SNAPSHOT,
-    USER_METADATA,
     VERSION,
     FenceResult,
     FenceState,
-    SqlRunner,
-    conflict_name,
     set_conf_sql,
 )
 
@@ -55,16 +53,13 @@ __all__ = [
     "BACKOFF_MAX_TURNS",
     "LOOKBACK",
     "MAX_SENDS",
-    "MAX_COMMIT_ATTEMPTS",
     "OWN_STEPS",
     "SNAPSHOT",
-    "USER_METADATA",
     "VERSION",
     "Fence",
     "FenceResult",
     "FenceState",
     "backoff_turns",
-    "conflict_name",
     "set_conf_sql",
 ]
 
@@ -98,6 +93,7 @@ class Fence:
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
         verified: tuple[int, str] | None = None,
+        table_format: TableFormat | None = None,
     ) -> None:
         self.runner = runner
         self.single_attempt = single_attempt
@@ -106,7 +102,9 @@ class Fence:
         self.clock = clock
         self.rng = rng
         # What the steps share (fence/context.py): they are handed it, never this Fence.
-        self.context = FenceContext(runner, single_attempt, self.log, clock, verified)
+        # Delta, read through `log`, unless told (fence/format.py is what the steps see of it).
+        table_format = table_format or Delta(runner, self.log)
+        self.context = FenceContext(runner, single_attempt, self.log, clock, table_format, verified)
         self._heads: dict[str, tuple[int, float, float]] = {}
 
     def run(
@@ -223,7 +221,7 @@ class Fence:
         state: FenceState,
         step: str,
         strict: bool | None = None,
-        token: sequence.Token | None = None,
+        token: Token | None = None,
     ) -> AbstractContextManager[None]:
         return self.context.tagged(state, step, strict, token)
 
@@ -256,10 +254,9 @@ class Fence:
         """A SetTransaction the session's confs ask for (a pre-hook's `SET ...txnAppId`) would
         ride on our write where it goes without the token, or be replaced by ours: neither is
         what the user set it for. Over Thrift, ours left deferred reads as unset, unsent."""
-        value = self.runner.session_conf(sequence.APP_ID_CONF)
-        if value not in (None, "", sequence.TXN_APP_ID):
-            steps = self.steps_standing(state)
-            raise FenceSessionTxn(state, sequence.APP_ID_CONF, str(value), steps)
+        txn = self.context.format.session_txn()
+        if txn is not None:
+            raise FenceSessionTxn(state, *txn, self.steps_standing(state))
 
     def _wait_to_send(self, state: FenceState, send: int, verdict: verify.Overtaken) -> None:
         # Writers that Delta refused together would meet again at once: a random share of a
@@ -280,21 +277,16 @@ class Fence:
         # to the write's own snapshot is all that verification and revert still have to cover.
         state = self.precheck(state)
         self._no_foreign_txn(state)
-        token = sequence.token(self.log, state.table, state.horizon) if tokens else None
+        table_format = self.context.format
+        token = table_format.token(state.table, state.horizon) if tokens else None
         finished = False
         started = self.clock()
         try:
             with self.tagged(state, "write", token=token):
-                # Not the write: sent with the profile's query_retries, as a SET is.
-                self.runner.set_session_conf(LAST_COMMIT, None)
+                table_format.forget_own_commit()
                 with self.single_attempt():
                     self.context.watching_commits = True
-                    try:
-                        self.runner.execute(sql)
-                    except Exception as exc:
-                        if conflict_name(exc) is None:
-                            raise
-                        conflict = exc
+                    conflict = table_format.publish(sql)
                 finished = True
         except Exception as failed:
             if not finished:
@@ -374,7 +366,7 @@ class Fence:
         self,
         state: FenceState,
         conflict: BaseException | None,
-        token: sequence.Token | None = None,
+        token: Token | None = None,
         seconds: float = 0.0,
     ) -> "FenceResult | verify.Overtaken":
         return verify.verify(self.context, state, conflict, token, seconds)

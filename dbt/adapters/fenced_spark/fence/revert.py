@@ -213,7 +213,7 @@ def tagged_restore(
     try:
         # Once: a RESTORE replayed after a lost connection would commit a second time.
         with context.tagged(state, step, strict=True), context.single_attempt():
-            context.runner.execute(f"RESTORE TABLE {state.table} TO VERSION AS OF {version}")
+            context.format.undo(state.table, version)
     except Exception as exc:
         failed = reason(exc)
     restores = context.ours(state, context.commits_since(state.table, after), step)

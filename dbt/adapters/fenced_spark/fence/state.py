@@ -1,40 +1,14 @@
-"""What the fence knows about one node's attempt, and the SQL it runs through."""
+"""What the fence knows about one node's attempt."""
 
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from dbt.adapters.fenced_spark.fence.history import NATIVE_STRATEGIES, Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, step_name
 from dbt.adapters.fenced_spark.fence.scope import STEPS, Judgement, Scope, scope_json
 
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
-# Delta sets it in the committing session after each commit, to the version it committed.
-LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
-
 # The steps whose commits are this node's own changes to the table (revert and post_hook
 # commits are not: the first undo ours, the second come after the verdict).
 OWN_STEPS = ("compile", "pre_hook", "schema_change", "write")
-
-# Delta's commit conflicts. PySpark maps none of them to a class, so match the text. The error
-# class is named when the text has it (the session's message starts with it); over Spark
-# Connect the text may carry only the Java exception's name.
-_ERROR_CLASS = re.compile(
-    r"DELTA_CONCURRENT_\w+|DELTA_MAX_COMMIT_RETRIES_EXCEEDED"
-    r"|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
-)
-_EXCEPTION = re.compile(
-    r"Concurrent(Append|DeleteRead|DeleteDelete|Transaction|Write)Exception"
-    r"|MetadataChangedException|ProtocolChangedException"
-)
-
-
-def conflict_name(error: BaseException) -> str | None:
-    text = str(error)
-    match = _ERROR_CLASS.search(text) or _EXCEPTION.search(text)
-    return match.group(0) if match else None
 
 
 def set_conf_sql(key: str, value: str | None) -> str:
@@ -43,29 +17,6 @@ def set_conf_sql(key: str, value: str | None) -> str:
         return f"RESET {key}"
     quoted = value.replace("`", "``")
     return f"SET {key}=`{quoted}`"
-
-
-class SqlRunner(Protocol):
-    def execute(self, sql: str) -> None: ...
-
-    def history(self, table: str, limit: int) -> list[Commit]: ...
-
-    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
-
-    # DESCRIBE EXTENDED's rows: where the catalog says the table lives, and its columns.
-    def describe(self, table: str) -> list[Sequence[Any]]: ...
-
-    def location(self, table: str) -> str: ...
-
-    def any_row(self, sql: str) -> bool: ...
-
-    def session_conf(self, key: str) -> str | None: ...
-
-    # `value` None resets the key: to what it held before the fence set it, or as SQL's RESET.
-    def set_session_conf(self, key: str, value: str | None) -> None: ...
-
-    # A lost session or server: open the connection again, to read the log; nothing is re-sent.
-    def reconnect(self) -> None: ...
 
 
 # fence_isolation: 'snapshot' refuses conflicts (the default); 'version' any commit after vB.
@@ -110,7 +61,7 @@ class FenceState:
     @property
     def horizon(self) -> int:
         """The newest version whose commits this attempt judged (or built on): what a write's
-        token is read at (fence/sequence.py)."""
+        token is read at (fence/delta/sequence.py)."""
         return max([self.expected_version, *(j.commit.version for j in self.judged)])
 
     @property

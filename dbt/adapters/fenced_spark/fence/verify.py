@@ -11,17 +11,11 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.fenced_spark.fence import batch, capture, revert
 from dbt.adapters.fenced_spark.fence.context import FenceContext
 from dbt.adapters.fenced_spark.fence.errors import FenceUnverified, FenceViolation
+from dbt.adapters.fenced_spark.fence.format import Token
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.outcome import Outcome, reason
 from dbt.adapters.fenced_spark.fence.scope import STEPS, Judgement, first_conflict
-from dbt.adapters.fenced_spark.fence.sequence import Token
-from dbt.adapters.fenced_spark.fence.state import (
-    LAST_COMMIT,
-    VERSION,
-    FenceResult,
-    FenceState,
-    conflict_name,
-)
+from dbt.adapters.fenced_spark.fence.state import VERSION, FenceResult, FenceState
 
 logger = AdapterLogger("FencedSpark")
 
@@ -205,7 +199,8 @@ def refused_inside(
     horizon = state.horizon
     landed = [c for c in context.foreign(state, commits) if c.version > horizon]
     if conflict is not None:
-        check = f"Delta's conflict detection during the write ({conflict_name(conflict)})"
+        name = context.format.conflict_name(conflict)
+        check = f"Delta's conflict detection during the write ({name})"
     else:
         check = (
             "Delta, inside its commit: another fenced write committed after this one's "
@@ -230,10 +225,10 @@ def session_commit(context: FenceContext, state: FenceState) -> FenceResult | No
     ours, our own steps to list, a new session that never saw the write) is read from the log."""
     if not context.watching_commits or state.expected_version != state.read_version:
         return None
-    value = context.runner.session_conf(LAST_COMMIT)
-    if value is None or not value.isdigit() or int(value) != state.expected_version + 1:
+    version = context.format.own_commit()
+    if version is None or version != state.expected_version + 1:
         return None
-    return FenceResult(state.read_version, int(value), Outcome.COMMITTED, state.attempt)
+    return FenceResult(state.read_version, version, Outcome.COMMITTED, state.attempt)
 
 
 def own_steps(

@@ -26,16 +26,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from dbt.adapters.fenced_spark.fence.delta_log import SEQUENCE_LOOKBACK, commit_from_info
-from dbt.adapters.fenced_spark.fence.history import (
+from dbt.adapters.fenced_spark.fence.delta.history import (
     TXN_APP_ID,
-    Commit,
     HistorySource,
     SqlHistory,
     checksum_file,
     checksum_sequence,
     commit_file,
 )
+from dbt.adapters.fenced_spark.fence.delta.log_tail import SEQUENCE_LOOKBACK, commit_from_info
+from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.rewriter import name_parts
 
 T = TypeVar("T")
@@ -47,7 +47,7 @@ PROBES = 32
 # only \n ends a line (Delta escapes no U+2028 in its JSON). No backslash: the literal reads the
 # same whether or not the session sets spark.sql.parser.escapedStringLiterals.
 _COMMIT_INFO = '(?md)^([{]"commitInfo"[ \t]*:.*)$'
-# The fence's SetTransaction (fence/sequence.py), as Delta writes it: appId, then version.
+# The fence's SetTransaction (fence/delta/sequence.py), as Delta writes it: appId, then version.
 _FENCE_TXN = f'"txn":[{{]"appId":"{TXN_APP_ID}","version":[0-9]+'
 _TXN_VERSION = re.compile(r'"version":([0-9]+)$')
 # DESCRIBE EXTENDED's header above the table's own lines (Provider, Location).

@@ -20,7 +20,7 @@ write statement that returns without a commit of ours was skipped.
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dbt.adapters.fenced_spark.fence.history import TXN_APP_ID
+from dbt.adapters.fenced_spark.fence.delta.history import TXN_APP_ID
 
 if TYPE_CHECKING:
     from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader

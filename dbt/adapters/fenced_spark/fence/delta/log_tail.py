@@ -12,14 +12,13 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.history import (
-    Commit,
-    HistoryReader,
+from dbt.adapters.fenced_spark.fence.delta.history import (
     checksum_file,
     checksum_sequence,
     commit_file,
     fence_txn,
 )
+from dbt.adapters.fenced_spark.fence.history import Commit, HistoryReader
 
 # How far back `sequence` looks for the newest commit with the fence's SetTransaction.
 SEQUENCE_LOOKBACK = 32

@@ -5,9 +5,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.actions import ActionReader, Actions, RowProbe, parse_actions
-from dbt.adapters.fenced_spark.fence.history import checksum_file
-from dbt.adapters.fenced_spark.fence.sql_log import delta_log
+from dbt.adapters.fenced_spark.fence.delta.actions import (
+    ActionReader,
+    Actions,
+    RowProbe,
+    parse_actions,
+)
+from dbt.adapters.fenced_spark.fence.delta.history import checksum_file
+from dbt.adapters.fenced_spark.fence.delta.sql_log import delta_log
 
 # Fields of a `metaData` action that change nothing a reader or writer of the table relies
 # on: a RESTORE across a CREATE OR REPLACE writes the older createdTime, one across a
