@@ -6,6 +6,7 @@ import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.fenced_spark.fence import batch
+from dbt.adapters.fenced_spark.fence.delta.changes import DeltaChanges
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 from dbt.adapters.fenced_spark.fence.outcome import Outcome
 from dbt.adapters.fenced_spark.fence.report import FenceReport
@@ -34,7 +35,7 @@ def commit(version, operation="WRITE", restored=None, metadata=None):
     return Commit(version, operation, version - 1, metadata, parameters=parameters)
 
 
-class Files:
+class LogFiles:
     """Commit files' add/remove actions by version, as the log reader returns them."""
 
     def __init__(self, **versions):
@@ -52,7 +53,12 @@ def remove(path, change=True):
     return {"remove": {"path": path, "dataChange": change}}
 
 
-NO_FILES = Files()
+def files_of(**versions):
+    """The table's changes as the fence reads them from such a log (Delta's format)."""
+    return DeltaChanges("s.t", LogFiles(**versions), probe=None)
+
+
+NO_FILES = files_of()
 
 
 def newest_first(*commits):
@@ -159,7 +165,7 @@ def test_the_batch_id_as_configured(value, expected):
 
 
 def test_a_later_commit_that_removed_the_batchs_rows_leaves_it_undecided():
-    files = Files(v7=[add("b.parquet")], v8=[remove("b.parquet"), add("b2.parquet")])
+    files = files_of(v7=[add("b.parquet")], v8=[remove("b.parquet"), add("b2.parquet")])
     with pytest.raises(DbtRuntimeError) as raised:
         batch.applied(STATE, newest_first(commit(8, "DELETE"), write(7)), files)
     assert "v8 DELETE by an unnamed writer removed rows of a file the batch wrote" in str(
@@ -168,7 +174,7 @@ def test_a_later_commit_that_removed_the_batchs_rows_leaves_it_undecided():
 
 
 def test_a_compaction_moves_the_batchs_rows_and_a_delete_of_them_counts():
-    compacted = Files(
+    compacted = files_of(
         v7=[add("b.parquet")],
         v8=[remove("b.parquet", False), remove("o.parquet", False), add("c.parquet", False)],
         v9=[remove("x.parquet"), add("y.parquet")],
@@ -176,13 +182,13 @@ def test_a_compaction_moves_the_batchs_rows_and_a_delete_of_them_counts():
     history = newest_first(commit(9), commit(8, "OPTIMIZE"), write(7))
     found = batch.applied(STATE, history, compacted)
     assert found is not None and found.version == 7  # v9 removed another file
-    compacted.lines[9] = [json.dumps(remove("c.parquet"))]
+    compacted.log.lines[9] = [json.dumps(remove("c.parquet"))]
     with pytest.raises(DbtRuntimeError):
         batch.applied(STATE, history, compacted)
 
 
 def test_a_delete_undone_by_a_restore_leaves_the_batch_whole():
-    files = Files(v7=[add("b.parquet")], v8=[remove("b.parquet")], v9=[add("b.parquet")])
+    files = files_of(v7=[add("b.parquet")], v8=[remove("b.parquet")], v9=[add("b.parquet")])
     restore = commit(9, "RESTORE", restored=7)
     found = batch.applied(STATE, newest_first(restore, commit(8, "DELETE"), write(7)), files)
     assert found is not None and found.version == 7

@@ -6,6 +6,7 @@ import json
 
 from dbt.adapters.fenced_spark.fence.conflicts import ConflictCheck
 from dbt.adapters.fenced_spark.fence.delta.actions import parse_actions
+from dbt.adapters.fenced_spark.fence.delta.changes import DeltaChanges
 from dbt.adapters.fenced_spark.fence.footprint import ReadFilter
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.protocol import Fence, FenceState
@@ -122,8 +123,13 @@ class Probe:
         return "file:/lake/t"
 
 
+def check_of(log, probe, strategy="merge"):
+    """The conflict analysis of `s`.`t` over a Delta log and its rows."""
+    return ConflictCheck("`s`.`t`", DeltaChanges("`s`.`t`", log, probe), probe, strategy)
+
+
 def judge(lines, scope, probe=None, strategy="merge"):
-    check = ConflictCheck("`s`.`t`", Log(lines), probe or Probe(), strategy)
+    check = check_of(Log(lines), probe or Probe(), strategy)
     return check.judge([Commit(5, "WRITE", 4, None)], scope)[0]
 
 
@@ -406,7 +412,7 @@ def test_consecutive_restores_read_one_checksum():
     # v4 against v3's checksum; v5 against v4's own commit file, already read: no second read.
     probe = Probe(describe=PARTITIONED, checksums={3: (meta(), PROTOCOL)})
     lines = {4: restore(remove("P=1/e", P="1")), 5: restore(remove("P=1/f", P="1"))}
-    check = ConflictCheck("`s`.`t`", Log(lines), probe, "merge")
+    check = check_of(Log(lines), probe)
     judged = check.judge([Commit(v, "RESTORE", v - 1, None) for v in (4, 5)], READS_P0)
     assert [j.conflict for j in judged] == [False, False]
     assert [q[-9:] for q in probe.asked if "get_json_object" in q] == ["0003.crc`"]
@@ -424,7 +430,7 @@ def test_a_definition_that_cannot_be_read_conflicts():
         def location(self, table):
             raise RuntimeError("[DELTA_MISSING_DELTA_TABLE] not a Delta table")
 
-    check = ConflictCheck("`s`.`t`", Before({5: restore()}), NoDetail(), "merge")
+    check = check_of(Before({5: restore()}), NoDetail())
     verdict = check.judge([Commit(5, "RESTORE", 4, None)], READS_P0)[0]
     assert verdict.conflict and verdict.why == (
         "wrote metaData, protocol, which could not be compared with the table's at v4 "
@@ -649,7 +655,7 @@ def test_a_users_domain_changes_the_table_itself_and_deltas_own_do_not():
 def test_judging_stops_at_the_first_conflict():
     probe = Probe()
     lines = {5: [add("a", False)], 6: [add("b")], 7: [add("c")]}
-    check = ConflictCheck("`s`.`t`", Log(lines), probe, "merge")
+    check = check_of(Log(lines), probe)
     commits = [Commit(v, "WRITE", v - 1, None) for v in (5, 6, 7)]
     judged = check.judge(commits, Scope(any_change=True, why_any="it must"))
     assert [(j.commit.version, j.conflict) for j in judged] == [(5, False), (6, True)]

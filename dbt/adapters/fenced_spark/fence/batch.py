@@ -5,16 +5,13 @@ by it as by any conflict (a double-fired job). Delta's own idempotent writes
 (txnAppId/txnVersion) skip silently, only for increasing versions, and outlive a RESTORE
 that undid the batch: a backfill or a re-run after the fix would never write."""
 
-import json
-import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 from dbt_common.exceptions import DbtRuntimeError
 
+from dbt.adapters.fenced_spark.fence.changes import TableChanges
 from dbt.adapters.fenced_spark.fence.context import LOOKBACK
-from dbt.adapters.fenced_spark.fence.delta.actions import ActionReader
 from dbt.adapters.fenced_spark.fence.delta.words import RESETS
 from dbt.adapters.fenced_spark.fence.history import Commit
 from dbt.adapters.fenced_spark.fence.scope import Judgement
@@ -40,7 +37,7 @@ def twin(state: FenceState, commit: Commit) -> bool:
     )
 
 
-def applied(state: FenceState, recent: Iterable[Commit], log: ActionReader) -> Commit | None:
+def applied(state: FenceState, recent: Iterable[Commit], changes: TableChanges) -> Commit | None:
     """This node's write of its batch that is still whole in the table, among the newest
     commits (newest first): not undone by a RESTORE to a version before it, nor by a replace.
     When the fence cannot tell (a RESTORE by timestamp names no version; a later commit
@@ -57,7 +54,7 @@ def applied(state: FenceState, recent: Iterable[Commit], log: ActionReader) -> C
         if twin(state, commit):
             if by_timestamp is not None:
                 raise DbtRuntimeError(uncertain(state, commit, by_timestamp, RESTORED))
-            touched = _touched(log, state, commit, above[::-1])
+            touched = _touched(changes, commit, above[::-1])
             if touched is not None:
                 raise DbtRuntimeError(uncertain(state, commit, touched, REMOVED))
             return commit  # a first run or full refresh of this batch is one of its writes
@@ -73,36 +70,31 @@ def applied(state: FenceState, recent: Iterable[Commit], log: ActionReader) -> C
     return None
 
 
-def _touched(
-    log: ActionReader, state: FenceState, commit: Commit, above: list[Commit]
-) -> Commit | None:
+def _touched(changes: TableChanges, commit: Commit, above: list[Commit]) -> Commit | None:
     """The first commit above the batch's that removed one of its files with a data change,
     following the files through compactions (dataChange false) to the files they wrote."""
     if not above:
         return None
-    versions = [commit.version, *(c.version for c in above)]
-    lines = log.actions(state.table, versions)
-    written = _file_actions(lines.get(commit.version) or [])
-    files = {path for kind, path, _ in written if kind == "add"}
+    read = changes.read([commit.version, *(c.version for c in above)])
+    files = set(_files(changes, read, commit.version, "added"))
     for later in above:
-        actions = _file_actions(lines.get(later.version) or [])
-        removed = {(path, change) for kind, path, change in actions if kind == "remove"}
-        if any(change for path, change in removed if path in files):
+        removed = _files(changes, read, later.version, "removed")
+        if any(removed.get(path) for path in files):
             return later
-        if any(path in files for path, _ in removed):  # compacted: its rows moved on
-            files |= {path for kind, path, _ in actions if kind == "add"}
+        if files & removed.keys():  # compacted: its rows moved on
+            files |= set(_files(changes, read, later.version, "added"))
     return None
 
 
-def _file_actions(lines: Iterable[str]) -> list[tuple[str, str, bool]]:
-    found = []
-    for line in lines:
-        if not line.strip():
-            continue
-        for kind, body in json.loads(line).items():
-            if kind in ("add", "remove"):
-                path = unquote(posixpath.basename(str(body["path"])))
-                found.append((kind, path, body.get("dataChange", True) is not False))
+def _files(
+    changes: TableChanges, read: Collection[int], version: int, kind: str
+) -> dict[str, bool]:
+    """The files commit `version` added or removed, each with whether it changed data."""
+    if version not in read:
+        return {}
+    actions = changes.actions(version)
+    found = dict.fromkeys(getattr(actions.rearranged, kind, None) or (), False)
+    found.update(dict.fromkeys(getattr(actions, kind), True))
     return found
 
 

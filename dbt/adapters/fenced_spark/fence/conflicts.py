@@ -1,13 +1,14 @@
 """Conflicts, not commits: whether a foreign commit after vB touched what the node read or
 writes (docs/fence.md, "What conflicts with what").
 
-The Delta log says most of it. A commit whose `metaData` or `protocol` differ from the
-table's before it changed the table itself; one that writes them as they were (every RESTORE
+The table's log says most of it, read through its format (changes.TableChanges; Delta's is
+fence/delta/changes.py). A commit whose `metaData` or `protocol` differ from the table's
+before it changed the table itself; one that writes them as they were (every RESTORE
 does) is judged by its files like any other. A commit whose file actions all carry
 `dataChange: false` (OPTIMIZE, auto compaction) is marked so by its writer: that claim stands
 unless the commit's own row counts contradict it, and then it is judged as a data change. For a
-commit that changed rows, the rows it changed are read back exactly (`_metadata.file_name`
-restricts each side to the files it removed and added, at the versions around it) and tested
+commit that changed rows, the rows it changed are read back exactly (each side restricted to
+the files it removed and added, at the versions around it) and tested
 against the node's footprint: the filters of its reads of the target, the keys it merges, the
 range it replaces. Whatever cannot be decided is a conflict.
 """
@@ -15,21 +16,13 @@ range it replaces. Whatever cannot be decided is a conflict.
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dbt.adapters.fenced_spark.fence.delta.actions import (
-    ActionReader,
-    Actions,
-    RowProbe,
-    as_data,
-    claim_doubt,
-    parse_actions,
-)
-from dbt.adapters.fenced_spark.fence.delta.definitions import TableDefinitions, first_line
+from dbt.adapters.fenced_spark.fence.changes import Actions, RowProbe, TableChanges, as_data
 from dbt.adapters.fenced_spark.fence.history import Commit
+from dbt.adapters.fenced_spark.fence.outcome import first_line
 from dbt.adapters.fenced_spark.fence.partitions import (
     MAX_PARTITIONS,
     partition_only,
     partition_types,
-    quote_sql_string,
     values_sql,
 )
 from dbt.adapters.fenced_spark.fence.scope import Judgement, Scope
@@ -44,85 +37,63 @@ INSERT_SERIAL = (
 )
 
 
-def _in_files(names: list[str]) -> str:
-    if not names:
-        return "false"
-    return "_metadata.file_name IN (" + ", ".join(quote_sql_string(n) for n in names) + ")"
-
-
-def _sides(table: str, version: int, actions: Actions) -> tuple[str, str]:
-    """The rows of the files commit `version` removed (before it) and added (at it)."""
-    before = f"SELECT * FROM {table} VERSION AS OF {version - 1} WHERE {_in_files(actions.removed)}"
-    after = f"SELECT * FROM {table} VERSION AS OF {version} WHERE {_in_files(actions.added)}"
-    return before, after
-
-
-def changed_rows_sql(table: str, version: int, actions: Actions) -> str:
-    """The rows commit `version` removed or added, each side without the rows it kept: an
-    UPDATE rewrites whole files, and the rows it copied unchanged changed nothing."""
-    before, after = _sides(table, version, actions)
+def changed_rows_sql(before: str, after: str) -> str:
+    """The rows a commit removed or added, each side without the rows it kept: an UPDATE
+    rewrites whole files, and the rows it copied unchanged changed nothing."""
     return f"(({before}) EXCEPT ALL ({after})) UNION ALL (({after}) EXCEPT ALL ({before}))"
 
 
-def _union_rows_sql(table: str, version: int, actions: Actions) -> str:
-    # Without EXCEPT ALL (a map column cannot be compared): every row of both sides, wider.
-    before, after = _sides(table, version, actions)
-    return f"({before}) UNION ALL ({after})"
-
-
 class ConflictCheck:
-    """Judges foreign commits against a node's scope; reads the log's actions once for all."""
+    """Judges foreign commits against a node's scope; reads their changes from the table's
+    format (`changes`, fence/format.py) once for all."""
 
     def __init__(
-        self, table: str, log: ActionReader, probe: RowProbe, strategy: str = "model"
+        self, table: str, changes: TableChanges, probe: RowProbe, strategy: str = "model"
     ) -> None:
         self.table = table
-        self.log = log
+        self.changes = changes
         self.probe = probe
         self.node = "snapshot" if strategy == "snapshot" else "model"
         # `insert` (MERGE ... WHEN NOT MATCHED THEN INSERT) never changes a row in the table.
         self.inserts = strategy == "insert"
         self._types: dict[str, str] | None = None
-        self._lines: dict[int, list[str]] = {}  # commit files read, by version
-        self.definitions = TableDefinitions(table, log, probe, self._lines)
 
     def judge(self, commits: Sequence[Commit], scope: Scope) -> list[Judgement]:
         """One judgement per commit, in order; stops after the first conflict."""
         if not commits:
             return []
         try:
-            files = self.log.actions(self.table, [c.version for c in commits])
+            read = self.changes.read([c.version for c in commits])
         except Exception as exc:
             return [Judgement(commits[0], True, _undecided(exc))]
-        self._lines.update(files)
         judgements = []
         for commit in commits:
-            judgement = self._judge(commit, files.get(commit.version), scope)
+            judgement = self._judge(commit, commit.version in read, scope)
             judgements.append(judgement)
             if judgement.conflict:
                 break
         return judgements
 
-    def _judge(self, commit: Commit, lines: list[str] | None, scope: Scope) -> Judgement:
-        if lines is None:
+    def _judge(self, commit: Commit, read: bool, scope: Scope) -> Judgement:
+        if not read:
             return Judgement(
                 commit, True, "its commit file could not be read, so it counts as a conflict"
             )
-        actions = parse_actions(lines)
+        actions = self.changes.actions(commit.version)
         if actions.table_changes:
             kinds = ", ".join(sorted(set(actions.table_changes)))
             return Judgement(commit, True, f"changed the table itself ({kinds})")
         if actions.metadata is not None or actions.protocol is not None:
             # Every RESTORE writes both, as the table had them unless it restores another
             # schema: only a change to them changes the table itself.
-            changed = self.definitions.change(commit.version, actions)
+            changed = self.changes.definition_change(commit.version, actions)
             if changed is not None:
                 return Judgement(commit, True, changed)
         claim = ""
         if not actions.data_change:
             if actions.rearranged is None:
                 return Judgement(commit, False, "no data change")
-            doubt = claim_doubt(actions)
+            doubt = self.changes.doubt(actions)
             if doubt is None:
                 return Judgement(commit, False, "marked no data change by its writer")
             claim = f"marked no data change by its writer, yet {doubt}: "
@@ -219,7 +190,7 @@ class ConflictCheck:
             return True
         if not exact:
             return False
-        before, after = _sides(self.table, version, actions)
+        before, after = self.changes.sides(version, actions)
         return not self.probe.any_row(
             f"SELECT 1 FROM (({before}) EXCEPT ALL ({after})) AS removed LIMIT 1"
         )
@@ -262,16 +233,12 @@ class ConflictCheck:
         column's; a CHAR(n) column's rows are read padded, its log values are not."""
         if self._types is None:
             types = partition_types(self.probe.fetch(f"DESCRIBE TABLE {self.table}"))
-            if types and (self._column_mapping() or self._literals_raw() or self._padded(types)):
+            if types and (
+                self.changes.remaps_columns() or self._literals_raw() or self._padded(types)
+            ):
                 types = {}
             self._types = types
         return self._types
-
-    def _column_mapping(self) -> bool:
-        for row in self.probe.fetch(f"SHOW TBLPROPERTIES {self.table}"):
-            if str(row[0]) == "delta.columnMapping.mode":
-                return str(row[1]).lower() != "none"
-        return False
 
     def _literals_raw(self) -> bool:
         # Under escapedStringLiterals a backslash in the VALUES' quoted values stays a backslash.
@@ -295,19 +262,21 @@ class ConflictCheck:
     def changed_rows(self, version: int) -> str:
         """The rows commit `version` changed, as SQL: what our own MERGE wrote, for the key
         check after the write (the rows it really wrote, not the model SQL evaluated again)."""
-        lines = self.log.actions(self.table, [version]).get(version)
-        if lines is None:
+        actions = self.changes.one(version)
+        if actions is None:
             raise ValueError(f"the commit file of v{version} could not be read")
-        return self._changed_rows(version, parse_actions(lines))[0]
+        return self._changed_rows(version, actions)[0]
 
     def _changed_rows(self, version: int, actions: Actions) -> tuple[str, bool, bool]:
         """The changed rows as SQL, whether there are any, and whether the SQL is the exact
         form: one probe answers both whether it runs here and whether it is empty."""
-        exact = changed_rows_sql(self.table, version, actions)
+        before, after = self.changes.sides(version, actions)
+        exact = changed_rows_sql(before, after)
         try:
             return exact, self._hit(exact, None), True
         except Exception:
-            wider = _union_rows_sql(self.table, version, actions)
+            # Without EXCEPT ALL (a map column cannot be compared): every row of both sides.
+            wider = f"({before}) UNION ALL ({after})"
             return wider, self._hit(wider, None), False
 
     def _hit(self, rows: str, predicate: str | None) -> bool:

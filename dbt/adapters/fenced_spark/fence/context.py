@@ -76,7 +76,8 @@ class FenceContext:
         (a change to them after vB is itself a conflict, judged before they are consulted)."""
         key = (state.table, state.read_version, state.strategy)
         if key not in self._checks:
-            self._checks[key] = ConflictCheck(state.table, self.log, self.runner, state.strategy)
+            changes = self.format.changes(state.table, self.runner)
+            self._checks[key] = ConflictCheck(state.table, changes, self.runner, state.strategy)
         return self._checks[key]
 
     @contextmanager

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from dbt.adapters.fenced_spark.fence.changes import RowProbe, TableChanges
 from dbt.adapters.fenced_spark.fence.history import Commit, FenceTag
 
 
@@ -77,6 +78,9 @@ class TableFormat(Protocol):
     def forget_own_commit(self) -> None: ...
 
     def own_commit(self) -> int | None: ...
+
+    # The table's commits as the conflict analysis reads them, rows read through `probe`.
+    def changes(self, table: str, probe: RowProbe) -> TableChanges: ...
 
     # Put the table back to `version` in one statement (a commit of its own).
     def undo(self, table: str, version: int) -> None: ...

@@ -28,6 +28,12 @@ class Attempt(Protocol):
     def node(self) -> str: ...
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line, at most 200 characters: what a judgement quotes of it."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
 def first_lines(text: str, limit: int = 12) -> str:
     """An engine error without its stack trace, or the query plan Spark appends after the
     SQLSTATE that ends its own message."""

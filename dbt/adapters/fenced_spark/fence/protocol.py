@@ -351,7 +351,7 @@ class Fence:
         capture.check_earlier_runs(self.context, state, accepted, recent)
 
     def batch_applied(self, state: FenceState, recent: Iterable[Commit]) -> Commit | None:
-        return batch.applied(state, recent, self.log)
+        return batch.applied(state, recent, self.context.format.changes(state.table, self.runner))
 
     def latest_version(self, table: str, known: int | None = None) -> int:
         return self.context.latest_version(table, known)

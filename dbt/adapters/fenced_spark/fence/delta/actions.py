@@ -1,80 +1,41 @@
-"""A Delta commit's actions as the conflict analysis reads them: its files, their partitions
-and row counts, its metaData and protocol; and what its writer's `dataChange: false` is worth
-(claim_doubt). The readers of commit files and of rows are the protocols below."""
+"""A Delta commit's actions as the conflict analysis reads them (changes.Actions): its files,
+their partitions and row counts, its metaData and protocol; and what its writer's
+`dataChange: false` is worth (claim_doubt). Commit files are read through an ActionReader."""
 
 import json
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from dbt.adapters.fenced_spark.fence.partitions import (
-    PartitionValues,
-)
+from dbt.adapters.fenced_spark.fence.changes import Actions
 
 
 class ActionReader(Protocol):
     def actions(self, table: str, versions: Sequence[int]) -> dict[int, list[str]]: ...
 
 
-class RowProbe(Protocol):
-    def any_row(self, sql: str) -> bool: ...
-
-    def fetch(self, sql: str) -> list[Sequence[Any]]: ...
-
-    def session_conf(self, key: str) -> str | None: ...
-
-    def location(self, table: str) -> str: ...
-
-
-@dataclass
-class Actions:
-    """One commit's actions, as far as conflicts go."""
-
-    added: list[str] = field(default_factory=list)  # data files with dataChange, by name
-    removed: list[str] = field(default_factory=list)
-    partitions: set[str] = field(default_factory=set)  # "p=a" of every data-changing file
-    partition_values: set[PartitionValues] = field(default_factory=set)
-    # A file without partitionValues (optional on `remove` in Delta's protocol): its values,
-    # and so the commit's, are unknown.
-    partition_values_unknown: bool = False
-    # The rows the files added and removed hold (their stats' numRecords, less the rows a
-    # deletion vector deletes); None once one of them does not say.
-    rows_added: int | None = 0
-    rows_removed: int | None = 0
-    table_changes: list[str] = field(default_factory=list)  # a user's domain, an unknown action
-    # The table's definition as the commit writes it; compared with the table's before it.
-    metadata: dict[str, Any] | None = None
-    protocol: dict[str, Any] | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # commitInfo.operationMetrics
-    # The files marked `dataChange: false` by the commit's writer (a compaction's), apart.
-    rearranged: "Actions | None" = None
-
-    @property
-    def data_change(self) -> bool:
-        return bool(self.added or self.removed)
-
-    def _file(self, kind: str, body: Mapping[str, Any]) -> None:
-        name = unquote(posixpath.basename(str(body["path"])))
-        (self.added if kind == "add" else self.removed).append(name)
-        values = body.get("partitionValues") or {}
-        self.partition_values.add(tuple(sorted(values.items())))
-        if not isinstance(body.get("partitionValues"), dict):
-            self.partition_values_unknown = True
-        self.partitions.add(
-            ", ".join(f"{k}={'null' if v is None else v}" for k, v in sorted(values.items()))
-            or "unpartitioned"
+def _file(actions: Actions, kind: str, body: Mapping[str, Any]) -> None:
+    """One add or remove into `actions`: its file by name, its partition, its live rows."""
+    name = unquote(posixpath.basename(str(body["path"])))
+    (actions.added if kind == "add" else actions.removed).append(name)
+    values = body.get("partitionValues") or {}
+    actions.partition_values.add(tuple(sorted(values.items())))
+    if not isinstance(body.get("partitionValues"), dict):
+        actions.partition_values_unknown = True
+    actions.partitions.add(
+        ", ".join(f"{k}={'null' if v is None else v}" for k, v in sorted(values.items()))
+        or "unpartitioned"
+    )
+    rows = _live_rows(body)
+    if kind == "add":
+        actions.rows_added = (
+            None if rows is None or actions.rows_added is None else actions.rows_added + rows
         )
-        rows = _live_rows(body)
-        if kind == "add":
-            self.rows_added = (
-                None if rows is None or self.rows_added is None else self.rows_added + rows
-            )
-        else:
-            self.rows_removed = (
-                None if rows is None or self.rows_removed is None else self.rows_removed + rows
-            )
+    else:
+        actions.rows_removed = (
+            None if rows is None or actions.rows_removed is None else actions.rows_removed + rows
+        )
 
 
 def _live_rows(body: Mapping[str, Any]) -> int | None:
@@ -105,7 +66,7 @@ def parse_actions(lines: Iterable[str]) -> Actions:
             if kind in ("add", "remove"):
                 # Delta's protocol requires dataChange; a file that does not say changed data.
                 marked = body.get("dataChange", True) is False
-                (rearranged if marked else actions)._file(kind, body)
+                _file(rearranged if marked else actions, kind, body)
             elif kind == "metaData":
                 actions.metadata = body
             elif kind == "protocol":
@@ -122,23 +83,6 @@ def parse_actions(lines: Iterable[str]) -> Actions:
     if rearranged.data_change:
         actions.rearranged = rearranged
     return actions
-
-
-def as_data(actions: Actions) -> Actions:
-    """The commit with the files its writer marked `dataChange: false` judged as data files
-    too: its claim is not borne out, or the commit mixes both kinds."""
-    other = actions.rearranged
-    if other is None:
-        return actions
-    return replace(
-        actions,
-        added=actions.added + other.added,
-        removed=actions.removed + other.removed,
-        partitions=actions.partitions | other.partitions,
-        partition_values=actions.partition_values | other.partition_values,
-        partition_values_unknown=actions.partition_values_unknown or other.partition_values_unknown,
-        rearranged=None,
-    )
 
 
 # Metrics of rows a commit deleted, updated or inserted: a rewrite that changes no row has

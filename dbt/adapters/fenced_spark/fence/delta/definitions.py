@@ -5,14 +5,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dbt.adapters.fenced_spark.fence.delta.actions import (
-    ActionReader,
-    Actions,
-    RowProbe,
-    parse_actions,
-)
+from dbt.adapters.fenced_spark.fence.changes import Actions, RowProbe
+from dbt.adapters.fenced_spark.fence.delta.actions import ActionReader, parse_actions
 from dbt.adapters.fenced_spark.fence.delta.history import checksum_file
 from dbt.adapters.fenced_spark.fence.delta.sql_log import delta_log
+from dbt.adapters.fenced_spark.fence.outcome import first_line
 
 # Fields of a `metaData` action that change nothing a reader or writer of the table relies
 # on: a RESTORE across a CREATE OR REPLACE writes the older createdTime, one across a
@@ -71,11 +68,6 @@ def _definition(lines: Iterable[str]) -> tuple[dict[str, Any] | None, dict[str, 
     """The metaData and protocol actions of one commit file, None where it has none."""
     actions = parse_actions(lines)
     return actions.metadata, actions.protocol
-
-
-def first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__
 
 
 class TableDefinitions:

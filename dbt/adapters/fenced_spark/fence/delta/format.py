@@ -6,7 +6,9 @@ from contextlib import contextmanager
 
 from dbt.adapters.events.logging import AdapterLogger
 
+from dbt.adapters.fenced_spark.fence.changes import RowProbe
 from dbt.adapters.fenced_spark.fence.delta import sequence
+from dbt.adapters.fenced_spark.fence.delta.changes import DeltaChanges
 from dbt.adapters.fenced_spark.fence.delta.words import (
     LAST_COMMIT,
     MAX_COMMIT_ATTEMPTS,
@@ -106,6 +108,9 @@ class Delta:
     def own_commit(self) -> int | None:
         value = self.runner.session_conf(LAST_COMMIT)
         return int(value) if value is not None and value.isdigit() else None
+
+    def changes(self, table: str, probe: RowProbe) -> DeltaChanges:
+        return DeltaChanges(table, self.log, probe)
 
     def undo(self, table: str, version: int) -> None:
         self.runner.execute(f"RESTORE TABLE {table} TO VERSION AS OF {version}")
