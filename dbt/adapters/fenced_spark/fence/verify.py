@@ -198,13 +198,14 @@ def refused_inside(
     are judged: a conflict refuses the node (fence_retries may retry), none sends it again."""
     horizon = state.horizon
     landed = [c for c in context.foreign(state, commits) if c.version > horizon]
+    table_format = context.format
     if conflict is not None:
-        name = context.format.conflict_name(conflict)
-        check = f"Delta's conflict detection during the write ({name})"
+        name = table_format.conflict_name(conflict)
+        check = f"{table_format.name}'s conflict detection during the write ({name})"
     else:
         check = (
-            "Delta, inside its commit: another fenced write committed after this one's "
-            "pre-check, so Delta skipped it"
+            f"{table_format.name}, inside its commit: another fenced write committed after "
+            f"this one's pre-check, so {table_format.name} skipped it"
         )
     if not landed:
         # Only Delta's error brings us here: from a snapshot older than the pre-check's (a

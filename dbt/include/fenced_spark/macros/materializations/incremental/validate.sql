@@ -20,7 +20,7 @@
   {%- set strategies = fence_strategies() -%}
   {%- set raw_strategy = config.get('incremental_strategy') or 'append' -%}
   {%- set strategy = 'append_if_unchanged' if raw_strategy == 'safeappend' else raw_strategy -%}
-  {%- set file_format = config.get('file_format') or 'delta' -%}
+  {%- set file_format = fence_table_format() -%}
   {%- set unique_key = config.get('unique_key') -%}
   {%- set predicates = config.get('predicates') or config.get('incremental_predicates') -%}
   {%- set batch_id = config.get('fence_batch_id') -%}
@@ -101,7 +101,7 @@
   {#-- a batch id fences a blind append too: the only run it can conflict with is another
        run of its batch --#}
   {%- set fenced = fenced_config and (mode == 'fenced' or reads_self or batch_id is not none) -%}
-  {%- if fenced and file_format != 'delta' -%}
+  {%- if fenced and file_format not in fence_formats() -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
   {%- if strategy == 'insert' and not unique_key -%}
@@ -147,10 +147,8 @@
     {{ model_name }}: the target exists but is not a Delta table, so it cannot be fenced (`file_format` is delta).
     Run once with --full-refresh to rebuild it as Delta, or set `fenced: false`.
   {%- endset %}
-  {#-- is_delta is none for a table this invocation created (an earlier microbatch batch):
-       we created it, as delta. Only a known non-Delta table is refused (a view never gets
-       here: the materialization replaces it). --#}
-  {%- if existing_relation.is_delta == false -%}
+  {#-- A view never gets here: the materialization replaces it. --#}
+  {%- if not fence_target_is_format(fence_table_format(), existing_relation) -%}
     {% do exceptions.raise_compiler_error(non_delta_msg) %}
   {%- endif -%}
 {% endmacro %}
