@@ -49,6 +49,13 @@ class TestConfigErrors:
             "overwrite_batch.sql": model(
                 "incremental_strategy='insert_overwrite', fence_batch_id='a'"
             ),
+            # dbt-databricks' configs, which dbt-spark would ignore (validate_databricks.sql).
+            "sync_merge.sql": model(
+                "incremental_strategy='merge', unique_key='id', "
+                "not_matched_by_source_action='delete'"
+            ),
+            "clustered.sql": model("incremental_strategy='merge', liquid_clustered_by=['id']"),
+            "delete_insert.sql": model("incremental_strategy='delete+insert', unique_key='id'"),
         }
 
     @pytest.fixture(scope="class")
@@ -76,6 +83,9 @@ class TestConfigErrors:
             ("blank_batch", ["`fence_batch_id`", "non-empty"]),
             ("unfenced_batch", ["`fence_batch_id`", "`fenced` is false"]),
             ("overwrite_batch", ["`fence_batch_id`", "insert_overwrite", "never applies it twice"]),
+            ("sync_merge", ["`not_matched_by_source_action`", "a sync would delete nothing"]),
+            ("clustered", ["`liquid_clustered_by`", "not supported yet", "not be clustered"]),
+            ("delete_insert", ["delete+insert", "not supported yet", "merge strategy"]),
         ],
     )
     def test_error_names_model_and_key_and_writes_nothing(self, project, spark, run, name, words):

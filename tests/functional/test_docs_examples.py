@@ -45,7 +45,7 @@ def files(project: str, folder: str) -> dict[str, str]:
 
 def test_the_pages_mark_their_examples():
     # `shared` is run by tests/twodrivers (a real HDFS and a shared metastore): `make twodrivers`.
-    assert set(EXAMPLES) == {"quickstart", "readme", "strategies", "shared"}
+    assert set(EXAMPLES) == {"quickstart", "readme", "strategies", "shared", "refused"}
     assert len(EXAMPLES["strategies"]) == 12 and len(EXAMPLES["quickstart"]) == 4
 
 
@@ -204,6 +204,31 @@ class TestDescribeHistoryFromTheProject:
         history = [row.dict() for row in shown.agate_table.rows]
         assert [h["version"] for h in history] == [1, 0]
         assert json.loads(history[0]["userMetadata"])["node"] == "model.test.orders"
+
+
+class TestRefusedExamples:
+    """The docs' examples of configs the adapter refuses (docs/configs.md): each model fails
+    before any SQL, naming its key, and no table is built."""
+
+    @pytest.fixture(scope="class")
+    def seeds(self):
+        return {"orders_source.csv": "id,status\n1,open\n"}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return files("refused", "models")
+
+    def test_each_refused_example_fails_naming_its_key(self, project, spark):
+        run_dbt(["seed"])
+        results = run_dbt(["run"], expect_pass=False).results
+        assert sorted(r.node.name for r in results) == sorted(
+            Path(p).stem for p in EXAMPLES["refused"]
+        )
+        for result in results:
+            assert str(result.status) == "error" and "is not supported yet" in result.message
+            assert not spark.sql(
+                f"show tables in {project.test_schema} like '{result.node.name}'"
+            ).collect()
 
 
 QUICK_START = re.compile(r"^```bash\n(dbt debug.*?)^```\n", re.M | re.S)

@@ -170,6 +170,11 @@ CONFIG_ERRORS = {
         "incremental_strategy='merge', unique_key='id', fence_accept_unverified='v7'",
     ),
     "E117": ("bad_batch", "incremental_strategy='append', fence_batch_id=['2026-01-02']"),
+    "E122": (
+        "sync_merge",
+        "incremental_strategy='merge', unique_key='id', not_matched_by_source_action='delete'",
+    ),
+    "E123": ("delete_insert", "incremental_strategy='delete+insert', unique_key='id'"),
 }
 COVERED.update(CONFIG_ERRORS)
 

@@ -67,6 +67,7 @@
     {{ model_name }}: the microbatch strategy is not for Python models: dbt gives a Python model's `dbt.ref` and `dbt.source` no batch window, so every batch would hold all rows. Write it in SQL, or use replace_where with `incremental_predicates`.
   {%- endset %}
 
+  {%- do fence_validate_databricks(model_name, raw_strategy) -%}
   {%- if strategy not in strategies -%}
     {% do exceptions.raise_compiler_error(invalid_strategy_msg) %}
   {%- endif -%}
