@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.fenced_spark.fence import protocol
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
 from dbt.adapters.fenced_spark.fence.history import FenceTag
+from dbt.adapters.fenced_spark.fence.state import set_conf_sql
 from dbt.adapters.fenced_spark.fence_sql import FenceSql
 from tests.harness.writer import ForeignWriter, active_jobs, job_running_for
 
@@ -88,7 +89,7 @@ def dead_run_merge(spark, node: str, vb: int, merge: str) -> None:
     with SIGKILL): its MERGE, computed from vB and tagged so, and nothing after it."""
     dead = ForeignWriter(spark)
     tag = FenceTag(str(uuid.uuid4()), node, "merge", vb, 1, "write", vb)
-    dead.sql(protocol.set_conf_sql(protocol.USER_METADATA, tag.to_json()))
+    dead.sql(set_conf_sql(USER_METADATA, tag.to_json()))
     dead.sql(merge)
 
 

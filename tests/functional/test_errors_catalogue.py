@@ -19,7 +19,9 @@ from dbt_common.exceptions import CompilationError
 
 from dbt.adapters.fenced_spark import nodes
 from dbt.adapters.fenced_spark.fence import protocol
+from dbt.adapters.fenced_spark.fence.delta.words import USER_METADATA
 from dbt.adapters.fenced_spark.fence.history import FenceTag
+from dbt.adapters.fenced_spark.fence.state import set_conf_sql
 from tests.conftest import REPO
 from tests.functional.lakehouse import (
     ForeignAroundWrite,
@@ -752,7 +754,7 @@ class TestErrorsCatalogue:
             spark,
             "vb",
             [
-                protocol.set_conf_sql(protocol.USER_METADATA, twin.to_json()),
+                set_conf_sql(USER_METADATA, twin.to_json()),
                 f"insert into {table} select '2026-01-02', id from range(1, 3)",
             ],
         )
